@@ -1,0 +1,190 @@
+#include "bnb/core/config.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "toml++/toml.h"
+
+namespace bnb::core {
+namespace {
+
+std::string Where(const std::string& path, const toml::source_region& r) {
+  return absl::StrCat(path, ":", r.begin.line, ":", r.begin.column);
+}
+
+absl::StatusOr<KnobValue> TomlValue(const KnobSpec& spec, const toml::node& node) {
+  if (spec.type == KnobType::kInt && node.is_integer()) return KnobValue(node.as_integer()->get());
+  if (spec.type == KnobType::kBool && node.is_boolean()) return KnobValue(node.as_boolean()->get());
+  if (spec.type == KnobType::kString && node.is_string()) return KnobValue(node.as_string()->get());
+  std::ostringstream shown;
+  node.visit([&](const auto& n) { shown << n; });
+  return absl::InvalidArgumentError(
+      absl::StrCat(spec.name, ": expected ", KnobTypeName(spec.type), ", got ", shown.str()));
+}
+
+// $XDG_CONFIG_HOME/bnb/config.toml, else ~/.config/bnb/config.toml; empty when neither variable is set.
+std::string UserConfigPath() {
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) return absl::StrCat(x, "/bnb/config.toml");
+  if (const char* h = std::getenv("HOME"); h && *h) return absl::StrCat(h, "/.config/bnb/config.toml");
+  return "";
+}
+
+bool FileExists(const std::string& path) { return !path.empty() && std::ifstream(path).good(); }
+
+absl::Status UnknownKey(absl::string_view name) {
+  return UnknownKey(name);
+}
+
+}  // namespace
+
+absl::Status ParseConfigFile(const std::string& path, absl::flat_hash_map<std::string, ConfigEntry>* out) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(path, e.source()), ": ", std::string(e.description())));
+  }
+  for (const auto& [section, node] : root) {
+    const toml::table* table = node.as_table();
+    if (!table) {
+      return absl::InvalidArgumentError(absl::StrCat(Where(path, node.source()), ": '", std::string(section.str()),
+                                                     "' must be a [section] table (e.g. [cpu])"));
+    }
+    for (const auto& [key, value] : *table) {
+      const std::string name = absl::StrCat(std::string(section.str()), ".", std::string(key.str()));
+      const KnobSpec* spec = FindKnob(name);
+      if (!spec) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(path, key.source()), ": unknown key '", name,
+                                                       "' (python -m bnb config lists every key)"));
+      }
+      absl::StatusOr<KnobValue> v = TomlValue(*spec, value);
+      absl::Status st = v.ok() ? ValidateKnob(*spec, *v) : v.status();
+      if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(Where(path, value.source()), ": ", st.message()));
+      (*out)[name] = ConfigEntry{spec, *v, absl::StrCat(path, ":", value.source().begin.line)};
+    }
+  }
+  return absl::OkStatus();
+}
+
+Config& Config::Global() {
+  static Config* config = new Config();  // never destroyed: kernels may read it during process exit
+  return *config;
+}
+
+absl::Status Config::Reload() {
+  absl::flat_hash_map<std::string, ConfigEntry> values;
+  for (const KnobSpec& spec : AllKnobs()) values[spec.name] = ConfigEntry{&spec, spec.default_value, "default"};
+
+  std::vector<std::string> files;
+  if (std::string user = UserConfigPath(); FileExists(user)) files.push_back(user);
+  if (FileExists("bnb.toml")) files.push_back("bnb.toml");
+  if (const char* explicit_file = std::getenv("BNB_CONFIG"); explicit_file && *explicit_file) {
+    if (!FileExists(explicit_file)) {
+      return absl::NotFoundError(absl::StrCat("BNB_CONFIG names ", explicit_file, ", which cannot be read"));
+    }
+    files.push_back(explicit_file);
+  }
+  for (const std::string& f : files) {
+    if (absl::Status st = ParseConfigFile(f, &values); !st.ok()) return st;
+  }
+  for (const KnobSpec& spec : AllKnobs()) {
+    const std::string env = KnobEnvName(spec.name);
+    const char* text = std::getenv(env.c_str());
+    if (!text) continue;
+    KnobValue v;
+    if (absl::Status st = ParseKnob(spec, text, &v); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("environment variable ", env, ": ", st.message()));
+    }
+    values[spec.name] = ConfigEntry{&spec, v, absl::StrCat("env ", env)};
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  loaded_values_ = std::move(values);
+  loaded_ = true;
+  ++generation_;
+  return absl::OkStatus();
+}
+
+absl::Status Config::EnsureLoaded() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (loaded_) return absl::OkStatus();
+  }
+  return Reload();  // two threads racing here both load the same files; the last one wins, harmlessly
+}
+
+absl::StatusOr<ConfigEntry> Config::GetLocked(absl::string_view name) {
+  const std::string key(name);
+  if (auto it = runtime_values_.find(key); it != runtime_values_.end()) return it->second;
+  if (auto it = loaded_values_.find(key); it != loaded_values_.end()) return it->second;
+  return UnknownKey(name);
+}
+
+absl::StatusOr<ConfigEntry> Config::Get(absl::string_view name) {
+  if (absl::Status st = EnsureLoaded(); !st.ok()) return st;
+  std::lock_guard<std::mutex> lock(mu_);
+  return GetLocked(name);
+}
+
+absl::StatusOr<int64_t> Config::GetInt(absl::string_view name) {
+  absl::StatusOr<ConfigEntry> e = Get(name);
+  if (!e.ok()) return e.status();
+  return std::get<int64_t>(e->value);
+}
+
+absl::StatusOr<bool> Config::GetBool(absl::string_view name) {
+  absl::StatusOr<ConfigEntry> e = Get(name);
+  if (!e.ok()) return e.status();
+  return std::get<bool>(e->value);
+}
+
+absl::StatusOr<std::string> Config::GetString(absl::string_view name) {
+  absl::StatusOr<ConfigEntry> e = Get(name);
+  if (!e.ok()) return e.status();
+  return std::get<std::string>(e->value);
+}
+
+absl::Status Config::Set(absl::string_view name, const KnobValue& value) {
+  const KnobSpec* spec = FindKnob(name);
+  if (!spec) return UnknownKey(name);
+  if (absl::Status st = ValidateKnob(*spec, value); !st.ok()) return st;
+  std::lock_guard<std::mutex> lock(mu_);
+  runtime_values_[std::string(name)] = ConfigEntry{spec, value, "bnb.config.set"};
+  ++generation_;
+  return absl::OkStatus();
+}
+
+absl::Status Config::Unset(absl::string_view name) {
+  if (!FindKnob(name)) return UnknownKey(name);
+  std::lock_guard<std::mutex> lock(mu_);
+  runtime_values_.erase(std::string(name));
+  ++generation_;
+  return absl::OkStatus();
+}
+
+void Config::ResetRuntime() {
+  std::lock_guard<std::mutex> lock(mu_);
+  runtime_values_.clear();
+  ++generation_;
+}
+
+absl::StatusOr<std::vector<ConfigEntry>> Config::Effective() {
+  if (absl::Status st = EnsureLoaded(); !st.ok()) return st;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ConfigEntry> out;
+  for (const KnobSpec& spec : AllKnobs()) {
+    absl::StatusOr<ConfigEntry> e = GetLocked(spec.name);
+    if (!e.ok()) return e.status();
+    out.push_back(*e);
+  }
+  return out;
+}
+
+uint64_t Config::generation() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return generation_;
+}
+
+}  // namespace bnb::core

@@ -1,0 +1,26 @@
+// Which instruction set the vectorized CPU kernels run on, and a cap on it (knob cpu.isa).
+#pragma once
+
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace bnb::core {
+
+// Lower-case names ("avx3", "avx2", "sse4", "emu128", ...) of the instruction sets compiled into bnb that this
+// processor supports, best first. The last one always works.
+std::vector<std::string> AvailableIsas();
+
+// The instruction set the kernels dispatch to now.
+std::string ActiveIsa();
+
+// Caps dispatch at `name` ("best" lifts the cap): kernels use the best available set no better than it.
+// Any set compiled into bnb is accepted, supported by this processor or not; otherwise fails listing the names.
+absl::Status SetIsaCap(absl::string_view name);
+
+// OK when SetIsaCap would accept `name`.
+absl::Status ValidateIsaName(absl::string_view name);
+
+}  // namespace bnb::core

@@ -1,0 +1,98 @@
+#include "bnb/core/knobs.h"
+
+#include <limits>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "bnb/core/cpu_isa.h"
+
+namespace bnb::core {
+
+const std::vector<KnobSpec>& AllKnobs() {
+  static const std::vector<KnobSpec> knobs = {
+      {"cpu.isa", KnobType::kString, std::string("best"), 0, 0,
+       "highest CPU instruction set the vectorized kernels may use (best, avx3, avx2, sse4, ..., emu128)", false,
+       [](const KnobValue& v) { return ValidateIsaName(std::get<std::string>(v)); }},
+      {"cpu.threads", KnobType::kInt, int64_t{0}, 0, 4096,
+       "most threads a CPU kernel splits its work over; 0 follows torch.get_num_threads()"},
+      {"cpu.grain_elements", KnobType::kInt, int64_t{1} << 16, 1024, int64_t{1} << 30,
+       "fewest elements a CPU kernel hands to one thread, so small tensors are not split"},
+      {"cache.dir", KnobType::kString, std::string(""),  0, 0,
+       "directory for compiled kernels; empty means $XDG_CACHE_HOME/bnb/kernels or ~/.cache/bnb/kernels"},
+      {"cache.enabled", KnobType::kBool, true, 0, 0, "keep compiled kernels on disk between processes"},
+  };
+  return knobs;
+}
+
+const KnobSpec* FindKnob(absl::string_view name) {
+  for (const KnobSpec& k : AllKnobs()) {
+    if (k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+std::string KnobEnvName(absl::string_view name) {
+  return absl::StrCat("BNB_", absl::AsciiStrToUpper(absl::StrReplaceAll(name, {{".", "_"}})));
+}
+
+absl::string_view KnobTypeName(KnobType t) {
+  switch (t) {
+    case KnobType::kInt: return "an integer";
+    case KnobType::kBool: return "a boolean";
+    case KnobType::kString: return "a string";
+  }
+  return "?";
+}
+
+std::string KnobValueToString(const KnobValue& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) return absl::StrCat(*i);
+  if (const auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
+  return absl::StrCat("\"", std::get<std::string>(v), "\"");
+}
+
+absl::Status ValidateKnob(const KnobSpec& spec, const KnobValue& v) {
+  const bool type_ok = (spec.type == KnobType::kInt && std::holds_alternative<int64_t>(v)) ||
+                       (spec.type == KnobType::kBool && std::holds_alternative<bool>(v)) ||
+                       (spec.type == KnobType::kString && std::holds_alternative<std::string>(v));
+  if (!type_ok) {
+    return absl::InvalidArgumentError(absl::StrCat(spec.name, ": expected ", KnobTypeName(spec.type), ", got ",
+                                                   KnobValueToString(v)));
+  }
+  if (spec.type == KnobType::kInt) {
+    const int64_t i = std::get<int64_t>(v);
+    if (i < spec.min || i > spec.max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec.name, ": expected an integer in [", spec.min, ", ", spec.max, "], got ", i));
+    }
+  }
+  return spec.validate ? spec.validate(v) : absl::OkStatus();
+}
+
+absl::Status ParseKnob(const KnobSpec& spec, absl::string_view text, KnobValue* out) {
+  const std::string t(absl::StripAsciiWhitespace(text));
+  switch (spec.type) {
+    case KnobType::kInt: {
+      int64_t i;
+      if (!absl::SimpleAtoi(t, &i)) {
+        return absl::InvalidArgumentError(absl::StrCat(spec.name, ": expected an integer, got \"", text, "\""));
+      }
+      *out = i;
+      break;
+    }
+    case KnobType::kBool: {
+      bool b;
+      if (!absl::SimpleAtob(t, &b)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(spec.name, ": expected true/false (or 1/0, yes/no), got \"", text, "\""));
+      }
+      *out = b;
+      break;
+    }
+    case KnobType::kString: *out = std::string(text); break;
+  }
+  return ValidateKnob(spec, *out);
+}
+
+}  // namespace bnb::core

@@ -1,0 +1,48 @@
+// Every tuning knob bnb has, declared once: name, type, default, allowed values, one-line doc, and whether it
+// changes generated kernel code (such knobs are part of kernel cache keys).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace bnb::core {
+
+enum class KnobType { kInt, kBool, kString };
+
+using KnobValue = std::variant<int64_t, bool, std::string>;
+
+struct KnobSpec {
+  absl::string_view name;  // "section.key"; TOML [section] key, env BNB_SECTION_KEY
+  KnobType type;
+  KnobValue default_value;
+  int64_t min = 0;  // kInt: inclusive range
+  int64_t max = 0;
+  absl::string_view doc;
+  bool shapes_code = false;
+  // Extra check for values of the right type and range (e.g. a known instruction set); may be null.
+  absl::Status (*validate)(const KnobValue&) = nullptr;
+};
+
+const std::vector<KnobSpec>& AllKnobs();
+
+// nullptr when no knob has that name.
+const KnobSpec* FindKnob(absl::string_view name);
+
+// The environment variable that sets a knob: "cpu.isa" -> "BNB_CPU_ISA".
+std::string KnobEnvName(absl::string_view name);
+
+absl::string_view KnobTypeName(KnobType t);
+std::string KnobValueToString(const KnobValue& v);
+
+// Checks type, range and the knob's own rule; the message names the knob, the value and what was expected.
+absl::Status ValidateKnob(const KnobSpec& spec, const KnobValue& v);
+
+// Parses text (an environment variable's value) as the knob's type, then validates it.
+absl::Status ParseKnob(const KnobSpec& spec, absl::string_view text, KnobValue* out);
+
+}  // namespace bnb::core
