@@ -40,9 +40,23 @@ HWY_INLINE VF LoadF32(const void* base, int64_t i) {
     const DU32 du32;
     const auto bits = hn::PromoteTo(du32, hn::LoadU(DU16(), static_cast<const uint16_t*>(base) + i));
     return hn::BitCast(df, hn::ShiftLeft<16>(bits));
-  } else {
+  } else if constexpr (kNativeHalf) {
     const hn::Rebind<hwy::float16_t, DF> dh;
     return hn::PromoteTo(df, hn::LoadU(dh, static_cast<const hwy::float16_t*>(base) + i));
+  } else {
+    // Exact widening with integer ops (Highway 1.0's emulation mishandles some inputs).
+    const DU32 du32;
+    const auto h = hn::PromoteTo(du32, hn::LoadU(DU16(), static_cast<const uint16_t*>(base) + i));
+    const auto em = hn::And(h, hn::Set(du32, 0x7FFF));
+    const auto sign = hn::ShiftLeft<16>(hn::Xor(h, em));
+    const auto normal = hn::Add(hn::ShiftLeft<13>(em), hn::Set(du32, 112u << 23));
+    const auto inf_nan = hn::Or(hn::ShiftLeft<13>(em), hn::Set(du32, 0x7F800000u));
+    const VF subnormal = hn::Mul(hn::ConvertTo(df, hn::BitCast(DI(), em)), hn::Set(df, 1.0f / 16777216.0f));
+    const DI di;  // em fits in 15 bits: signed compares, which every target has
+    const auto emi = hn::BitCast(di, em);
+    auto bits = hn::IfThenElse(hn::RebindMask(du32, hn::Gt(emi, hn::Set(di, 0x7BFF))), inf_nan, normal);
+    bits = hn::IfThenElse(hn::RebindMask(du32, hn::Lt(emi, hn::Set(di, 0x400))), hn::BitCast(du32, subnormal), bits);
+    return hn::BitCast(df, hn::Or(bits, sign));
   }
 }
 

@@ -83,6 +83,12 @@ absl::StatusOr<PreparedCodebook> PrepareCodebook(const float* code, int64_t n) {
   std::iota(cb.sorted_to_code.begin(), cb.sorted_to_code.end(), 0);
   std::stable_sort(cb.sorted_to_code.begin(), cb.sorted_to_code.end(),
                    [&](int32_t a, int32_t b) { return cb.values[a] < cb.values[b]; });
+  // Within a run of equal values every position maps to the run's first code, so ties pick the first code.
+  for (int i = 1; i < kCodebookSize; ++i) {
+    if (cb.values[cb.sorted_to_code[i]] == cb.values[cb.sorted_to_code[i - 1]]) {
+      cb.sorted_to_code[i] = cb.sorted_to_code[i - 1];
+    }
+  }
   cb.is_sorted = true;
   for (int i = 0; i < kCodebookSize; ++i) cb.is_sorted &= cb.sorted_to_code[i] == i;
   for (int i = 0; i + 1 < kCodebookSize; ++i) {

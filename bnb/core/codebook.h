@@ -20,11 +20,11 @@ absl::StatusOr<std::vector<float>> CreateDynamicMap(bool is_signed = true, int m
 // A 256-entry codebook prepared for nearest-value search. Quantizing v picks the entry whose value is nearest,
 // where "nearest" is decided by the midpoints between consecutive sorted values: the sorted position is the
 // number of midpoints strictly below v (so a tie goes to the lower value, and NaN goes to the lowest entry).
-// Equal values keep their original order (a stable sort), so the code chosen for a tie is the first one.
+// Among equal values the lowest code wins, as torch.argmin over |v - code| would pick.
 struct PreparedCodebook {
   std::array<float, kCodebookSize> values;            // the codebook as given, indexed by code
   std::array<float, kCodebookSize - 1> midpoints;     // (sorted[i] + sorted[i+1]) * 0.5f, ascending
-  std::array<int32_t, kCodebookSize> sorted_to_code;  // code of the i-th smallest value
+  std::array<int32_t, kCodebookSize> sorted_to_code;  // lowest code holding the i-th smallest value
   bool is_sorted;                                     // sorted_to_code is the identity
 };
 

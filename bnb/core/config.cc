@@ -34,7 +34,7 @@ std::string UserConfigPath() {
 bool FileExists(const std::string& path) { return !path.empty() && std::ifstream(path).good(); }
 
 absl::Status UnknownKey(absl::string_view name) {
-  return UnknownKey(name);
+  return absl::NotFoundError(absl::StrCat("unknown config key '", name, "' (python -m bnb config lists every key)"));
 }
 
 }  // namespace

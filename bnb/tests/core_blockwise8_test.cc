@@ -1,0 +1,131 @@
+// Every vectorized target equals the scalar definition exactly; the special-value policy of blockwise8.h holds.
+#include "bnb/core/blockwise8.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "bnb/core/cpu_isa.h"
+#include "gtest/gtest.h"
+
+namespace bnb::core {
+namespace {
+
+PreparedCodebook DynamicCodebook() {
+  auto map = CreateDynamicMap();
+  auto cb = PrepareCodebook(map->data(), 256);
+  return *cb;
+}
+
+// Raw element bits for `dtype`, from float values.
+std::vector<uint8_t> Encode(DType dtype, const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * DTypeSize(dtype));
+  for (size_t i = 0; i < v.size(); ++i) StoreFromFloat(dtype, out.data(), i, v[i]);
+  return out;
+}
+
+std::vector<float> TestData(int64_t n, uint32_t seed, bool specials) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng) * 3.0f;
+  if (specials && n > 600) {
+    for (int i = 0; i < 64; ++i) v[i] = 0.0f;                           // a zero block (blocksize 32 / 64)
+    v[300] = NAN;
+    v[450] = INFINITY;
+    v[451] = -INFINITY;
+    for (int i = 520; i < 580; ++i) v[i] = std::ldexp(1.0f, -140) * i;  // subnormals
+  }
+  return v;
+}
+
+void ExpectSameBits(DType dtype, const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = LoadAsFloat(dtype, a.data(), i), y = LoadAsFloat(dtype, b.data(), i);
+    if (std::isnan(x) && std::isnan(y)) continue;
+    ASSERT_EQ(FloatToBits(x), FloatToBits(y)) << "element " << i;
+  }
+}
+
+class EveryIsa : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { ASSERT_TRUE(SetIsaCap(GetParam()).ok()); }
+  void TearDown() override { ASSERT_TRUE(SetIsaCap("best").ok()); }
+};
+
+TEST_P(EveryIsa, DispatchFollowsTheCap) { EXPECT_EQ(ActiveIsa(), GetParam()); }
+
+TEST_P(EveryIsa, EqualsScalarExactly) {
+  const PreparedCodebook cb = DynamicCodebook();
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (int64_t bs = kMinBlocksize; bs <= kMaxBlocksize; bs *= 2) {
+      for (int64_t n : {int64_t{1}, int64_t{31}, bs * 3 + 17, int64_t{10007}}) {
+        SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " blocksize " << bs << " n " << n);
+        const auto x = Encode(dtype, TestData(n, static_cast<uint32_t>(n + bs), /*specials=*/true));
+        const Blockwise8Range r{n, bs, 0, NumBlocks(n, bs)};
+        std::vector<uint8_t> codes(n), codes_ref(n);
+        std::vector<float> absmax(r.block_end), absmax_ref(r.block_end);
+        QuantizeBlockwise8(dtype, x.data(), cb, r, codes.data(), absmax.data());
+        QuantizeBlockwise8Scalar(dtype, x.data(), cb, r, codes_ref.data(), absmax_ref.data());
+        ASSERT_EQ(codes, codes_ref);
+        for (int64_t b = 0; b < r.block_end; ++b) ASSERT_EQ(FloatToBits(absmax[b]), FloatToBits(absmax_ref[b])) << b;
+
+        std::vector<uint8_t> out(n * DTypeSize(dtype)), out_ref(n * DTypeSize(dtype));
+        DequantizeBlockwise8(dtype, codes.data(), absmax.data(), cb.values.data(), r, out.data());
+        DequantizeBlockwise8Scalar(dtype, codes.data(), absmax.data(), cb.values.data(), r, out_ref.data());
+        ExpectSameBits(dtype, out, out_ref, n);
+      }
+    }
+  }
+}
+
+TEST_P(EveryIsa, SubrangesEqualTheWhole) {
+  const PreparedCodebook cb = DynamicCodebook();
+  const int64_t n = 64 * 10 + 5, bs = 64;
+  const auto x = Encode(DType::kFloat32, TestData(n, 7, false));
+  std::vector<uint8_t> whole(n), parts(n);
+  std::vector<float> am_whole(11), am_parts(11);
+  QuantizeBlockwise8(DType::kFloat32, x.data(), cb, {n, bs, 0, 11}, whole.data(), am_whole.data());
+  QuantizeBlockwise8(DType::kFloat32, x.data(), cb, {n, bs, 0, 4}, parts.data(), am_parts.data());
+  QuantizeBlockwise8(DType::kFloat32, x.data(), cb, {n, bs, 4, 11}, parts.data(), am_parts.data());
+  EXPECT_EQ(whole, parts);
+  EXPECT_EQ(am_whole, am_parts);
+}
+
+INSTANTIATE_TEST_SUITE_P(Blockwise8, EveryIsa, ::testing::ValuesIn(AvailableIsas()),
+                         [](const auto& info) { return info.param; });
+
+TEST(Blockwise8Policy, SpecialValues) {
+  const PreparedCodebook cb = DynamicCodebook();
+  std::vector<float> x(96, 0.5f);
+  for (int i = 0; i < 32; ++i) x[i] = 0.0f;  // block 0: zeros
+  x[40] = NAN;                                // block 1: NaN
+  x[70] = INFINITY;                           // block 2: inf
+  x[71] = -INFINITY;
+  const Blockwise8Range r{96, 32, 0, 3};
+  std::vector<uint8_t> codes(96);
+  std::vector<float> absmax(3), out(96);
+  QuantizeBlockwise8(DType::kFloat32, x.data(), cb, r, codes.data(), absmax.data());
+  DequantizeBlockwise8(DType::kFloat32, codes.data(), absmax.data(), cb.values.data(), r, out.data());
+  EXPECT_EQ(absmax[0], 0.0f);
+  EXPECT_TRUE(std::isnan(absmax[1]));
+  EXPECT_TRUE(std::isinf(absmax[2]));
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(out[i], 0.0f);
+  for (int i = 32; i < 64; ++i) EXPECT_TRUE(std::isnan(out[i])) << i;
+  EXPECT_EQ(out[70], INFINITY);
+  EXPECT_EQ(out[71], -INFINITY);
+  EXPECT_TRUE(std::isnan(out[64]));
+}
+
+TEST(Blockwise8Policy, BlocksizeChecks) {
+  EXPECT_TRUE(CheckBlocksize(32).ok());
+  EXPECT_TRUE(CheckBlocksize(4096).ok());
+  for (int64_t bad : {0, 16, 48, 8192, -64}) {
+    absl::Status st = CheckBlocksize(bad);
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_NE(st.message().find(std::to_string(bad)), absl::string_view::npos) << st;
+  }
+}
+
+}  // namespace
+}  // namespace bnb::core

@@ -1,0 +1,96 @@
+#include "bnb/core/codebook.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace bnb::core {
+namespace {
+
+TEST(DynamicMap, ShapeAndHandComputedEntries) {
+  auto map = CreateDynamicMap();
+  ASSERT_TRUE(map.ok()) << map.status();
+  ASSERT_EQ(map->size(), 256u);
+  EXPECT_TRUE(std::is_sorted(map->begin(), map->end()));
+  int pos = 0, neg = 0, zero = 0;
+  for (float v : *map) (v > 0 ? pos : v < 0 ? neg : zero)++;
+  EXPECT_EQ(pos, 128);  // 127 fractions + 1.0
+  EXPECT_EQ(neg, 127);
+  EXPECT_EQ(zero, 1);
+  EXPECT_EQ(map->back(), 1.0f);
+  // Exponent 10^-6 has one fraction: the mean of linspace(0.1, 1, 2) = 0.55, scaled in float32.
+  EXPECT_EQ((*map)[128], static_cast<float>(1e-6) * 0.55f);
+  EXPECT_EQ((*map)[127], 0.0f);
+  EXPECT_EQ((*map)[126], -static_cast<float>(1e-6) * 0.55f);
+  // The most negative value: exponent 10^0, the top fraction mean of linspace(0.1, 1, 65): (0.98594 + 1) / 2.
+  const float step = (1.0f - 0.1f) / 64.0f;
+  EXPECT_EQ((*map)[0], -((1.0f - step + 1.0f) / 2.0f));
+}
+
+TEST(DynamicMap, UnsignedAndBadArguments) {
+  auto map = CreateDynamicMap(/*is_signed=*/false);
+  ASSERT_TRUE(map.ok());
+  EXPECT_GE(*std::min_element(map->begin(), map->end()), 0.0f);
+  EXPECT_FALSE(CreateDynamicMap(true, 0, 8).ok());
+  EXPECT_FALSE(CreateDynamicMap(true, 8, 8).ok());
+  auto bad = CreateDynamicMap(true, 7, 9);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("total_bits"), absl::string_view::npos);
+}
+
+std::vector<float> Ramp() {
+  std::vector<float> code(256);
+  for (int i = 0; i < 256; ++i) code[i] = (i - 128) / 128.0f;
+  return code;
+}
+
+TEST(PrepareCodebook, RejectsBadCodebooks) {
+  std::vector<float> code = Ramp();
+  EXPECT_FALSE(PrepareCodebook(code.data(), 255).ok());
+  code[7] = NAN;
+  auto st = PrepareCodebook(code.data(), 256);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("code[7]"), absl::string_view::npos) << st.status();
+  code[7] = INFINITY;
+  EXPECT_FALSE(PrepareCodebook(code.data(), 256).ok());
+}
+
+TEST(NearestCode, HandComputedCases) {
+  std::vector<float> code = Ramp();  // -1, -127/128, ..., 127/128
+  auto cb = PrepareCodebook(code.data(), 256);
+  ASSERT_TRUE(cb.ok());
+  EXPECT_TRUE(cb->is_sorted);
+  EXPECT_EQ(NearestCode(*cb, 0.0f), 128);
+  EXPECT_EQ(NearestCode(*cb, 1.0f), 255);
+  EXPECT_EQ(NearestCode(*cb, -1.0f), 0);
+  EXPECT_EQ(NearestCode(*cb, 0.3f / 128), 128);
+  EXPECT_EQ(NearestCode(*cb, 0.7f / 128), 129);
+  EXPECT_EQ(NearestCode(*cb, 0.5f / 128), 128);  // a tie goes to the lower value
+  EXPECT_EQ(NearestCode(*cb, NAN), 0);           // NaN goes to the lowest entry
+}
+
+TEST(NearestCode, UnsortedCodebookReturnsOriginalIndex) {
+  std::vector<float> code = Ramp();
+  std::reverse(code.begin(), code.end());  // code[i] = (127 - i) / 128
+  auto cb = PrepareCodebook(code.data(), 256);
+  ASSERT_TRUE(cb.ok());
+  EXPECT_FALSE(cb->is_sorted);
+  EXPECT_EQ(NearestCode(*cb, 0.0f), 127);
+  EXPECT_EQ(NearestCode(*cb, -1.0f), 255);
+  EXPECT_EQ(code[NearestCode(*cb, 0.26f)], 33 / 128.0f);
+}
+
+TEST(NearestCode, DuplicateValuesPickTheFirstCode) {
+  std::vector<float> code(256, 0.0f);
+  code[10] = 1.0f;
+  code[20] = -1.0f;
+  auto cb = PrepareCodebook(code.data(), 256);
+  ASSERT_TRUE(cb.ok());
+  EXPECT_EQ(NearestCode(*cb, 0.1f), 0);
+  EXPECT_EQ(NearestCode(*cb, 0.9f), 10);
+  EXPECT_EQ(NearestCode(*cb, -0.9f), 20);
+}
+
+}  // namespace
+}  // namespace bnb::core
