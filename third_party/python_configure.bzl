@@ -11,6 +11,7 @@ def _impl(ctx):
     if not ctx.path(include + "/Python.h").exists:
         fail("bnb: Python.h not found in %s. Install the Python headers (apt-get install python3-dev)." % include)
     ctx.symlink(include, "include")
+    ctx.file("defs.bzl", 'PYTHON_TAG = "cp%d%d"\n' % (major, minor))
     ctx.file("BUILD.bazel", """package(default_visibility = ["//visibility:public"])
 load("@bazel_tools//tools/python:toolchain.bzl", "py_runtime_pair")
 

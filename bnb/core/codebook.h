@@ -11,11 +11,19 @@ namespace bnb::core {
 
 inline constexpr int kCodebookSize = 256;
 
-// The dynamic quantization map of Dettmers (arXiv:1511.04561), value for value equal to bitsandbytes'
-// `create_dynamic_map(signed, max_exponent_bits, total_bits)`: sorted ascending, padded with zeros to 256.
+// The dynamic quantization map of Dettmers (arXiv:1511.04561) as bitsandbytes'
+// `create_dynamic_map(signed, max_exponent_bits, total_bits)` builds it: sorted ascending, padded with zeros to
+// 256. The default (signed, 7, 8) is DefaultDynamicMap(); other arguments are computed, equal to bitsandbytes'
+// within 2 ulps (torch.linspace, which bitsandbytes uses, itself varies by 1 ulp across CPU instruction sets).
 // Fails when the arguments describe more than 256 values or max_exponent_bits is outside 1..total_bits-1.
 absl::StatusOr<std::vector<float>> CreateDynamicMap(bool is_signed = true, int max_exponent_bits = 7,
                                                      int total_bits = 8);
+
+// bitsandbytes' default map value for value, as torch's AVX2 CPU kernels (the usual x86 path) compute it.
+std::vector<float> DefaultDynamicMap();
+
+// The map computed by bitsandbytes' algorithm with scalar float32 arithmetic.
+absl::StatusOr<std::vector<float>> ComputeDynamicMap(bool is_signed, int max_exponent_bits, int total_bits);
 
 // A 256-entry codebook prepared for nearest-value search. Quantizing v picks the entry whose value is nearest,
 // where "nearest" is decided by the midpoints between consecutive sorted values: the sorted position is the

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "bnb/core/dtype.h"
 #include "gtest/gtest.h"
 
 namespace bnb::core {
@@ -26,6 +27,16 @@ TEST(DynamicMap, ShapeAndHandComputedEntries) {
   // The most negative value: exponent 10^0, the top fraction mean of linspace(0.1, 1, 65): (0.98594 + 1) / 2.
   const float step = (1.0f - 0.1f) / 64.0f;
   EXPECT_EQ((*map)[0], -((1.0f - step + 1.0f) / 2.0f));
+}
+
+// The pinned default and the algorithm agree within 2 ulps, entry by entry.
+TEST(DynamicMap, AlgorithmMatchesThePinnedDefault) {
+  auto computed = ComputeDynamicMap(true, 7, 8);
+  ASSERT_TRUE(computed.ok());
+  const std::vector<float> pinned = DefaultDynamicMap();
+  for (int i = 0; i < 256; ++i) {
+    EXPECT_LE(std::abs(int64_t(FloatToBits((*computed)[i])) - int64_t(FloatToBits(pinned[i]))), 2) << i;
+  }
 }
 
 TEST(DynamicMap, UnsignedAndBadArguments) {

@@ -1,0 +1,127 @@
+// quantize_blockwise / dequantize_blockwise(.out): argument checks and shape rules (shared by the real and the
+// Meta kernels through kIsMeta), and the CPU kernels over bnb/core.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "bnb/core/blockwise8.h"
+#include "bnb/ops/checks.h"
+#include "bnb/ops/cpu_parallel.h"
+
+namespace bnb::ops {
+namespace {
+
+using bnb::core::Blockwise8Range;
+
+c10::SymInt NumBlocks(const c10::SymInt& n, int64_t blocksize) { return (n + blocksize - 1) / blocksize; }
+
+void CheckCode(const char* op, const at::Tensor& code, const at::Tensor& A) {
+  CheckDType(op, "code", code, at::kFloat);
+  CheckNumel(op, "code", code, bnb::core::kCodebookSize, "one value per 8-bit code");
+  CheckSameDevice(op, "code", code, A);
+}
+
+bnb::core::PreparedCodebook PrepareCode(const char* op, const at::Tensor& code) {
+  const at::Tensor c = code.contiguous();
+  auto cb = bnb::core::PrepareCodebook(c.data_ptr<float>(), c.numel());
+  ThrowIfError(op, cb.status());
+  return *cb;
+}
+
+template <bool kIsMeta>
+std::tuple<at::Tensor, at::Tensor> QuantizeBlockwise(const at::Tensor& A, const at::Tensor& code, int64_t blocksize) {
+  constexpr const char* op = "quantize_blockwise";
+  const bnb::core::DType dtype = FloatDType(op, "A", A.scalar_type());
+  ThrowIfError(op, bnb::core::CheckBlocksize(blocksize));
+  CheckNotEmpty(op, "A", A);
+  CheckCode(op, code, A);
+  at::Tensor codes = at::empty_symint(A.sym_sizes(), A.options().dtype(at::kByte));
+  at::Tensor absmax = at::empty_symint({NumBlocks(A.sym_numel(), blocksize)}, A.options().dtype(at::kFloat));
+  if constexpr (!kIsMeta) {
+    const int64_t n = A.numel();
+    const int64_t blocks = absmax.numel();
+    const bnb::core::PreparedCodebook cb = PrepareCode(op, code);
+    const at::Tensor x = A.contiguous();
+    const void* xp = x.data_ptr();
+    uint8_t* cp = codes.data_ptr<uint8_t>();
+    float* ap = absmax.data_ptr<float>();
+    ParallelOverBlocks(op, blocks, blocksize, [&](int64_t b0, int64_t b1) {
+      bnb::core::QuantizeBlockwise8(dtype, xp, cb, Blockwise8Range{n, blocksize, b0, b1}, cp, ap);
+    });
+  }
+  return {codes, absmax};
+}
+
+// Checks shared by both dequantize overloads; returns the output element type.
+bnb::core::DType CheckDequantizeArgs(const char* op, const at::Tensor& A, const at::Tensor& absmax,
+                                     const at::Tensor& code, int64_t blocksize, c10::ScalarType dtype) {
+  const bnb::core::DType out_type = FloatDType(op, "dtype", dtype);
+  CheckDType(op, "A", A, at::kByte);
+  ThrowIfError(op, bnb::core::CheckBlocksize(blocksize));
+  CheckNotEmpty(op, "A", A);
+  CheckDType(op, "absmax", absmax, at::kFloat);
+  CheckNumel(op, "absmax", absmax, NumBlocks(A.sym_numel(), blocksize), "one per block of A");
+  CheckSameDevice(op, "absmax", absmax, A);
+  CheckCode(op, code, A);
+  return out_type;
+}
+
+void DequantizeCpuInto(const char* op, const at::Tensor& A, const at::Tensor& absmax, const at::Tensor& code,
+                       int64_t blocksize, bnb::core::DType out_type, at::Tensor& out) {
+  const at::Tensor a = A.contiguous();
+  const at::Tensor am = absmax.contiguous();
+  const at::Tensor c = code.contiguous();
+  const int64_t n = a.numel();
+  const uint8_t* ap = a.data_ptr<uint8_t>();
+  const float* amp = am.data_ptr<float>();
+  const float* cp = c.data_ptr<float>();
+  void* op_out = out.data_ptr();
+  ParallelOverBlocks(op, bnb::core::NumBlocks(n, blocksize), blocksize, [&](int64_t b0, int64_t b1) {
+    bnb::core::DequantizeBlockwise8(out_type, ap, amp, cp, Blockwise8Range{n, blocksize, b0, b1}, op_out);
+  });
+}
+
+template <bool kIsMeta>
+at::Tensor DequantizeBlockwise(const at::Tensor& A, const at::Tensor& absmax, const at::Tensor& code,
+                               int64_t blocksize, c10::ScalarType dtype) {
+  constexpr const char* op = "dequantize_blockwise";
+  const bnb::core::DType out_type = CheckDequantizeArgs(op, A, absmax, code, blocksize, dtype);
+  at::Tensor out = at::empty_symint(A.sym_sizes(), A.options().dtype(dtype));
+  if constexpr (!kIsMeta) DequantizeCpuInto(op, A, absmax, code, blocksize, out_type, out);
+  return out;
+}
+
+template <bool kIsMeta>
+void DequantizeBlockwiseOut(const at::Tensor& A, const at::Tensor& absmax, const at::Tensor& code,
+                            int64_t blocksize, c10::ScalarType dtype, at::Tensor& out) {
+  constexpr const char* op = "dequantize_blockwise.out";
+  const bnb::core::DType out_type = CheckDequantizeArgs(op, A, absmax, code, blocksize, dtype);
+  TORCH_CHECK(out.sym_sizes() == A.sym_sizes(), "bnb::", op, ": out must have A's shape ", A.sym_sizes(), ", got ",
+              out.sym_sizes());
+  CheckDType(op, "out", out, dtype);
+  CheckSameDevice(op, "out", out, A);
+  if constexpr (!kIsMeta) {
+    if (out.is_contiguous()) {
+      DequantizeCpuInto(op, A, absmax, code, blocksize, out_type, out);
+    } else {
+      at::Tensor tmp = at::empty(A.sizes(), A.options().dtype(dtype));
+      DequantizeCpuInto(op, A, absmax, code, blocksize, out_type, tmp);
+      out.copy_(tmp);
+    }
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(bnb, CPU, m) {
+  m.impl("quantize_blockwise", &QuantizeBlockwise<false>);
+  m.impl("dequantize_blockwise", &DequantizeBlockwise<false>);
+  m.impl("dequantize_blockwise.out", &DequantizeBlockwiseOut<false>);
+}
+
+TORCH_LIBRARY_IMPL(bnb, Meta, m) {
+  m.impl("quantize_blockwise", &QuantizeBlockwise<true>);
+  m.impl("dequantize_blockwise", &DequantizeBlockwise<true>);
+  m.impl("dequantize_blockwise.out", &DequantizeBlockwiseOut<true>);
+}
+
+}  // namespace bnb::ops

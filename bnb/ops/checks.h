@@ -1,0 +1,27 @@
+// Argument checks shared by the op families: each failure is a c10::Error naming the op, the argument, the value
+// and what was expected.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include "absl/status/status.h"
+#include "bnb/core/dtype.h"
+
+namespace bnb::ops {
+
+// Raises with the op's name and the status' message when `st` is not OK.
+inline void ThrowIfError(const char* op, const absl::Status& st) {
+  TORCH_CHECK(st.ok(), "bnb::", op, ": ", std::string(st.message()));
+}
+
+// float32 / float16 / bfloat16 -> the core's element type; anything else raises naming `arg`.
+bnb::core::DType FloatDType(const char* op, const char* arg, c10::ScalarType t);
+
+void CheckDType(const char* op, const char* arg, const at::Tensor& t, c10::ScalarType want);
+void CheckNotEmpty(const char* op, const char* arg, const at::Tensor& t);
+void CheckSameDevice(const char* op, const char* arg, const at::Tensor& t, const at::Tensor& ref);
+// Sizes are SymInts so that Meta kernels work under torch.compile's dynamic shapes (a check becomes a guard).
+void CheckNumel(const char* op, const char* arg, const at::Tensor& t, const c10::SymInt& want, const char* why);
+
+}  // namespace bnb::ops

@@ -1,0 +1,25 @@
+// Splitting a CPU kernel's blocks over torch's intra-op thread pool, as the cpu.* knobs say.
+#pragma once
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "bnb/core/cpu_settings.h"
+#include "bnb/ops/checks.h"
+
+namespace bnb::ops {
+
+// Calls fn(block_begin, block_end) over [0, num_blocks) on torch's pool (so torch.set_num_threads holds), with
+// at least cpu.grain_elements elements per task and at most cpu.threads tasks when that knob is set.
+template <class Fn>
+void ParallelOverBlocks(const char* op, int64_t num_blocks, int64_t block_elements, const Fn& fn) {
+  absl::StatusOr<bnb::core::CpuSettings> s = bnb::core::CurrentCpuSettings();
+  ThrowIfError(op, s.status());
+  int64_t grain = std::max<int64_t>(1, s->grain_elements / std::max<int64_t>(1, block_elements));
+  if (s->threads > 0) grain = std::max(grain, (num_blocks + s->threads - 1) / s->threads);
+  at::parallel_for(0, num_blocks, grain, fn);
+}
+
+}  // namespace bnb::ops

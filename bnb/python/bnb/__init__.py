@@ -1,0 +1,18 @@
+"""bnb: k-bit quantization for PyTorch, with bitsandbytes' API.
+
+`import bnb` loads the C++ library (which registers torch.ops.bnb.*) and the pure-torch reference kernels; it
+compiles nothing and does not initialize CUDA.
+"""
+
+import torch  # noqa: F401  (bnb._C links libtorch: torch must be loaded first)
+
+from . import _C  # registers the operators' schemas and C++ kernels
+from . import reference as _reference
+from . import config, functional
+from .functional import QuantState
+
+from ._version import __version__  # generated from version.bzl
+
+_reference.register()
+
+__all__ = ["config", "functional", "QuantState", "__version__"]

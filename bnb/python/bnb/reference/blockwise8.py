@@ -1,0 +1,74 @@
+"""Blockwise 8-bit quantization in plain torch: the definition of bnb/core/blockwise8.h, element for element.
+
+Per block: absmax = max |x| (NaN if the block holds NaN); v = x / absmax (0 when absmax is 0, +-1 for +-inf);
+the code is that of the nearest codebook value, decided by the midpoints between sorted values (a tie goes to the
+lower value, equal values to the lowest code, NaN to the lowest value).
+"""
+
+import torch
+
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ValueError(msg)
+
+
+def _check_blocksize(op: str, blocksize: int) -> None:
+    _check(32 <= blocksize <= 4096 and blocksize & (blocksize - 1) == 0,
+           f"bnb::{op}: blocksize must be a power of two in [32, 4096], got {blocksize}")
+
+
+def _check_code(op: str, code: torch.Tensor) -> None:
+    _check(code.dtype == torch.float32 and code.numel() == 256,
+           f"bnb::{op}: code must hold 256 float32 values, got {code.numel()} {code.dtype}")
+
+
+def nearest_code(v: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
+    """uint8 codes of the scaled float32 values v (any shape) in the 256-entry codebook `code`."""
+    values, order = torch.sort(code.float(), stable=True)
+    first_of_run = torch.searchsorted(values, values)  # equal values share the first position of their run
+    lowest_code = order[first_of_run]
+    mid = (values[:-1] + values[1:]) * 0.5
+    pos = torch.searchsorted(mid, v.contiguous(), right=False)  # number of midpoints strictly below v
+    pos = torch.where(torch.isnan(v), 0, pos)
+    return lowest_code[pos].to(torch.uint8)
+
+
+def quantize_blockwise(A: torch.Tensor, code: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, torch.Tensor]:
+    _check(A.dtype in _FLOATS, f"bnb::quantize_blockwise: A must be float32, float16 or bfloat16, got {A.dtype}")
+    _check_blocksize("quantize_blockwise", blocksize)
+    _check(A.numel() > 0, f"bnb::quantize_blockwise: A is empty (shape {list(A.shape)})")
+    _check_code("quantize_blockwise", code)
+    n = A.numel()
+    blocks = -(-n // blocksize)
+    x = torch.nn.functional.pad(A.reshape(-1).float(), (0, blocks * blocksize - n)).view(blocks, blocksize)
+    absmax = x.abs().amax(dim=1)  # propagates NaN
+    scale = absmax[:, None]
+    v = torch.where(scale == 0, 0.0, x / scale)
+    v = torch.where(torch.isinf(x), torch.sign(x), v)
+    codes = nearest_code(v.reshape(-1)[:n], code.to(A.device)).view(A.shape)
+    return codes, absmax
+
+
+def dequantize_blockwise(A: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor, blocksize: int,
+                         dtype: torch.dtype) -> torch.Tensor:
+    _check(A.dtype == torch.uint8, f"bnb::dequantize_blockwise: A must be uint8, got {A.dtype}")
+    _check(dtype in _FLOATS, f"bnb::dequantize_blockwise: dtype must be float32, float16 or bfloat16, got {dtype}")
+    _check_blocksize("dequantize_blockwise", blocksize)
+    _check_code("dequantize_blockwise", code)
+    n = A.numel()
+    _check(absmax.numel() == -(-n // blocksize),
+           f"bnb::dequantize_blockwise: absmax must hold {-(-n // blocksize)} values, got {absmax.numel()}")
+    values = code.float().to(A.device)[A.reshape(-1).long()]
+    scale = absmax.float().reshape(-1).repeat_interleave(blocksize)[:n]
+    return (values * scale).to(dtype).view(A.shape)
+
+
+def dequantize_blockwise_out(A: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor, blocksize: int,
+                             dtype: torch.dtype, out: torch.Tensor) -> None:
+    _check(out.shape == A.shape and out.dtype == dtype,
+           f"bnb::dequantize_blockwise.out: out must be {dtype} of shape {list(A.shape)}, got {out.dtype} "
+           f"{list(out.shape)}")
+    out.copy_(dequantize_blockwise(A, absmax, code, blocksize, dtype))

@@ -1,0 +1,86 @@
+// bnb._C: the small C++ API the Python package needs (configuration, CPU dispatch facts, codebooks). Loading it
+// also registers every bnb operator with the PyTorch dispatcher (the library links bnb/ops).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bnb/core/codebook.h"
+#include "bnb/core/config.h"
+#include "bnb/core/cpu_isa.h"
+#include "bnb/core/cpu_settings.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using bnb::core::Config;
+using bnb::core::KnobValue;
+
+// absl errors become Python exceptions: unknown keys KeyError, everything else ValueError.
+void Raise(const absl::Status& st) {
+  if (st.ok()) return;
+  const std::string msg(st.message());
+  if (absl::IsNotFound(st)) throw py::key_error(msg);
+  throw py::value_error(msg);
+}
+
+template <class T>
+T Unwrap(absl::StatusOr<T> v) {
+  Raise(v.status());
+  return *std::move(v);
+}
+
+py::object ToPython(const KnobValue& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) return py::int_(*i);
+  if (const auto* b = std::get_if<bool>(&v)) return py::bool_(*b);
+  return py::str(std::get<std::string>(v));
+}
+
+// Python values keep their own type (True stays a bool, "3" stays a string), so Set can report a wrong type.
+KnobValue FromPython(const py::handle& h) {
+  if (py::isinstance<py::bool_>(h)) return h.cast<bool>();
+  if (py::isinstance<py::int_>(h)) return h.cast<int64_t>();
+  if (py::isinstance<py::str>(h)) return h.cast<std::string>();
+  throw py::type_error("bnb.config: values are int, bool or str, got " + std::string(py::str(h.get_type())));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "bnb's C++ core: configuration, CPU dispatch and codebooks. Loading it registers torch.ops.bnb.*";
+
+  m.def("config_get", [](const std::string& name) { return ToPython(Unwrap(Config::Global().Get(name)).value); });
+  m.def("config_source", [](const std::string& name) { return Unwrap(Config::Global().Get(name)).source; });
+  m.def("config_set", [](const std::string& name, py::handle v) { Raise(Config::Global().Set(name, FromPython(v))); });
+  m.def("config_unset", [](const std::string& name) { Raise(Config::Global().Unset(name)); });
+  m.def("config_reset", [] { Config::Global().ResetRuntime(); });
+  m.def("config_reload", [] { Raise(Config::Global().Reload()); });
+  m.def("config_effective", [] {
+    py::list out;
+    for (const auto& e : Unwrap(Config::Global().Effective())) {
+      py::dict d;
+      d["name"] = std::string(e.spec->name);
+      d["value"] = ToPython(e.value);
+      d["default"] = ToPython(e.spec->default_value);
+      d["source"] = e.source;
+      d["env"] = bnb::core::KnobEnvName(e.spec->name);
+      d["doc"] = std::string(e.spec->doc);
+      d["shapes_code"] = e.spec->shapes_code;
+      out.append(d);
+    }
+    return out;
+  });
+
+  m.def("cpu_isa", [] {
+    Unwrap(bnb::core::CurrentCpuSettings());  // applies the cpu.isa cap first
+    return bnb::core::ActiveIsa();
+  }, "The instruction set the CPU kernels dispatch to, after the cpu.isa cap.");
+  m.def("cpu_isas", &bnb::core::AvailableIsas, "Instruction sets compiled in and supported here, best first.");
+
+  m.def("create_dynamic_map", [](bool is_signed, int max_exponent_bits, int total_bits) {
+    return Unwrap(bnb::core::CreateDynamicMap(is_signed, max_exponent_bits, total_bits));
+  }, py::arg("signed") = true, py::arg("max_exponent_bits") = 7, py::arg("total_bits") = 8);
+}

@@ -1,0 +1,184 @@
+// CUDA blockwise 8-bit kernels against bnb/core's scalar CPU definition, bit for bit: codes, absmax and
+// dequantized values, for every dtype, several blocksizes and thread counts, partial last blocks, misaligned
+// buffers and special values. Runs the jit stack alone (no torch). Skipped, with the reason, without a GPU.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bnb/core/blockwise8.h"
+#include "bnb/core/codebook.h"
+#include "bnb/jit/blockwise8.h"
+#include "bnb/jit/cuda_api.h"
+#include "bnb/jit/kernel_cache.h"
+#include "bnb/jit/launcher.h"
+#include "gtest/gtest.h"
+
+namespace bnb::jit {
+namespace {
+
+using core::DType;
+
+class CudaTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<const CudaDriver*> d = GetCudaDriver();
+    if (!d.ok()) GTEST_SKIP() << std::string(d.status().message());
+    absl::StatusOr<const Nvrtc*> nv = GetNvrtc();
+    if (!nv.ok()) GTEST_SKIP() << std::string(nv.status().message());
+    int count = 0;
+    if ((*d)->cuDeviceGetCount(&count) != 0 || count == 0) GTEST_SKIP() << "no CUDA device";
+    d_ = *d;
+    absl::StatusOr<CUcontext> ctx = PrimaryContext(0);
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    ASSERT_EQ(d_->cuCtxSetCurrent(*ctx), 0);
+  }
+  CUdeviceptr Upload(const void* p, size_t bytes, size_t offset = 0) {
+    CUdeviceptr ptr = 0;
+    EXPECT_EQ(d_->cuMemAlloc(&ptr, bytes + offset + 16), 0);
+    allocs_.push_back(ptr);
+    if (bytes) EXPECT_EQ(d_->cuMemcpyHtoD(ptr + offset, p, bytes), 0);
+    return ptr + offset;
+  }
+  void TearDown() override {
+    for (CUdeviceptr p : allocs_) d_->cuMemFree(p);
+  }
+  const CudaDriver* d_ = nullptr;
+  std::vector<CUdeviceptr> allocs_;
+};
+
+std::vector<uint8_t> MakeInput(DType t, int64_t n, uint32_t seed, bool specials) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int es = core::DTypeSize(t);
+  std::vector<uint8_t> x(static_cast<size_t>(n) * es);
+  for (int64_t i = 0; i < n; ++i) {
+    float v = normal(rng) * std::pow(10.0f, static_cast<float>(static_cast<int>(rng() % 7) - 3));
+    if (specials) {
+      switch (rng() % 64) {
+        case 0: v = NAN; break;
+        case 1: v = INFINITY; break;
+        case 2: v = -INFINITY; break;
+        case 3: v = 0.0f; break;
+        case 4: v = -0.0f; break;
+        case 5: v = 1e-40f; break;
+        default: break;
+      }
+    }
+    core::StoreFromFloat(t, x.data(), i, v);
+  }
+  if (specials && n > 300) {  // an all-zero block and a block with a huge dynamic range
+    for (int64_t i = 0; i < 64; ++i) core::StoreFromFloat(t, x.data(), 128 + i, 0.0f);
+  }
+  return x;
+}
+
+void RunCase(CudaTest* self, KernelCache& cache, DType t, int64_t bs, int threads, int64_t n, size_t misalign,
+             bool specials, const std::vector<float>& code) {
+  SCOPED_TRACE(std::string(core::DTypeName(t)) + " blocksize " + std::to_string(bs) + " threads " +
+               std::to_string(threads) + " n " + std::to_string(n) + " misalign " + std::to_string(misalign) +
+               (specials ? " specials" : ""));
+  const CudaDriver& d = **GetCudaDriver();
+  const int es = core::DTypeSize(t);
+  const std::vector<uint8_t> x = MakeInput(t, n, static_cast<uint32_t>(n * 31 + bs), specials);
+  const int64_t nb = core::NumBlocks(n, bs);
+  // CPU reference.
+  auto cb = core::PrepareCodebook(code.data(), 256);
+  ASSERT_TRUE(cb.ok());
+  std::vector<uint8_t> want_codes(n), got_codes(n);
+  std::vector<float> want_absmax(nb), got_absmax(nb);
+  core::QuantizeBlockwise8Scalar(t, x.data(), *cb, {n, bs, 0, nb}, want_codes.data(), want_absmax.data());
+  std::vector<uint8_t> want_out(x.size()), got_out(x.size());
+  core::DequantizeBlockwise8Scalar(t, want_codes.data(), want_absmax.data(), code.data(), {n, bs, 0, nb},
+                                   want_out.data());
+  // GPU.
+  const CUdeviceptr dx = self->Upload(x.data(), x.size(), misalign * es);
+  const CUdeviceptr dcode = self->Upload(code.data(), 1024);
+  const CUdeviceptr dcodes = self->Upload(nullptr, 0, misalign);
+  const CUdeviceptr dabsmax = self->Upload(nullptr, nb * 4 + 4);
+  const CUdeviceptr dout = self->Upload(nullptr, 0, misalign * es);
+  (void)dcodes;
+  CUdeviceptr codes_buf = 0, out_buf = 0;
+  ASSERT_EQ(d.cuMemAlloc(&codes_buf, n + 64), 0);
+  ASSERT_EQ(d.cuMemAlloc(&out_buf, x.size() + 64), 0);
+  self->allocs_.push_back(codes_buf);
+  self->allocs_.push_back(out_buf);
+  (void)dout;
+  uint8_t* codes_ptr = reinterpret_cast<uint8_t*>(codes_buf + misalign);
+  void* out_ptr = reinterpret_cast<void*>(out_buf + misalign * es);
+  absl::Status st = LaunchQuantizeBlockwise8(cache, 0, t, reinterpret_cast<const void*>(dx),
+                                             reinterpret_cast<const float*>(dcode), codes_ptr,
+                                             reinterpret_cast<float*>(dabsmax), n, bs, nullptr, threads);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(d.cuCtxSynchronize(), 0);
+  ASSERT_EQ(d.cuMemcpyDtoH(got_codes.data(), codes_buf + misalign, n), 0);
+  ASSERT_EQ(d.cuMemcpyDtoH(got_absmax.data(), dabsmax, nb * 4), 0);
+  EXPECT_EQ(std::memcmp(got_absmax.data(), want_absmax.data(), nb * 4), 0) << "absmax differs";
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n && bad < 5; ++i) {
+    if (got_codes[i] != want_codes[i]) {
+      ADD_FAILURE() << "code " << i << ": got " << int{got_codes[i]} << " want " << int{want_codes[i]}
+                    << " x=" << core::LoadAsFloat(t, x.data(), i) << " absmax=" << want_absmax[i / bs];
+      ++bad;
+    }
+  }
+  // Dequantize the CPU's codes, so the two halves are checked independently.
+  const CUdeviceptr dcodes_in = self->Upload(want_codes.data(), n, misalign);
+  const CUdeviceptr dabsmax_in = self->Upload(want_absmax.data(), nb * 4);
+  st = LaunchDequantizeBlockwise8(cache, 0, t, reinterpret_cast<const uint8_t*>(dcodes_in),
+                                  reinterpret_cast<const float*>(dcode), reinterpret_cast<const float*>(dabsmax_in),
+                                  out_ptr, n, bs, nullptr, threads);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(d.cuCtxSynchronize(), 0);
+  ASSERT_EQ(d.cuMemcpyDtoH(got_out.data(), out_buf + misalign * es, x.size()), 0);
+  bad = 0;
+  for (int64_t i = 0; i < n && bad < 5; ++i) {
+    if (std::memcmp(&got_out[i * es], &want_out[i * es], es) != 0) {
+      ADD_FAILURE() << "dequantized " << i << ": got " << core::LoadAsFloat(t, got_out.data(), i) << " want "
+                    << core::LoadAsFloat(t, want_out.data(), i);
+      ++bad;
+    }
+  }
+}
+
+TEST_F(CudaTest, EqualsCpuExactly) {
+  KernelCache cache(KernelCacheOptions{nullptr, DiskCacheOptions{"", false, nullptr}, nullptr});
+  const std::vector<float> dynamic = *core::CreateDynamicMap();
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (int64_t bs : {32, 64, 128, 256, 512, 1024, 2048, 4096}) {
+      for (int64_t n : {int64_t{1}, bs - 1, 3 * bs + 5, int64_t{100003}}) {
+        RunCase(this, cache, t, bs, 0, n, 0, true, dynamic);
+      }
+      RunCase(this, cache, t, bs, 0, 20011, 1, true, dynamic);  // misaligned: scalar paths
+    }
+    for (int threads : {32, 128, 1024}) RunCase(this, cache, t, 4096, threads, 50000, 0, true, dynamic);
+  }
+}
+
+TEST_F(CudaTest, UnsortedCodebookWithTies) {
+  KernelCache cache(KernelCacheOptions{nullptr, DiskCacheOptions{"", false, nullptr}, nullptr});
+  std::vector<float> code = *core::CreateDynamicMap();
+  std::mt19937 rng(7);
+  std::shuffle(code.begin(), code.end(), rng);
+  code[3] = code[200];  // more ties
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) RunCase(this, cache, t, 256, 0, 70001, 0, true, code);
+}
+
+TEST_F(CudaTest, LoadsFromDiskInAFreshCache) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/cuda_disk";
+  KernelCache first(KernelCacheOptions{nullptr, DiskCacheOptions{dir, true, nullptr}, nullptr});
+  const std::vector<float> dynamic = *core::CreateDynamicMap();
+  RunCase(this, first, DType::kBFloat16, 64, 0, 10000, 0, false, dynamic);
+  EXPECT_EQ(first.GetStats().compiles, 2);
+  KernelCache second(KernelCacheOptions{nullptr, DiskCacheOptions{dir, true, nullptr}, nullptr});
+  RunCase(this, second, DType::kBFloat16, 64, 0, 10000, 0, false, dynamic);
+  EXPECT_EQ(second.GetStats().compiles, 0);
+  EXPECT_EQ(second.GetStats().disk_hits, 2);
+  std::printf("disk hit load: %.3f ms per kernel; compile: %.1f ms per kernel\n",
+              second.GetStats().disk_load_ms / 2, first.GetStats().compile_ms / 2);
+}
+
+}  // namespace
+}  // namespace bnb::jit

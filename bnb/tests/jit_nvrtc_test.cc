@@ -1,0 +1,122 @@
+// NVRTC compiles every kernel bnb instantiates, for sm_80 and sm_90 (NVRTC needs no GPU). Skipped, with the
+// reason, where libnvrtc cannot be opened. Prints the compile time per kernel.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "bnb/jit/all_kernels.h"
+#include "bnb/jit/blockwise8.h"
+#include "bnb/jit/compiler.h"
+#include "bnb/jit/cuda_api.h"
+#include "bnb/jit/kernel_sources.h"
+#include "gtest/gtest.h"
+
+namespace bnb::jit {
+namespace {
+
+std::vector<SourceFile> Headers() {
+  std::vector<SourceFile> h;
+  for (const EmbeddedFile& f : KernelFiles()) h.push_back({f.name, f.text});
+  return h;
+}
+
+std::string SourceFor(const KernelSpec& s) { return "#include \"" + s.template_name + ".cuh\"\n"; }
+
+#define SKIP_WITHOUT_NVRTC()                                         \
+  do {                                                               \
+    absl::StatusOr<const Nvrtc*> nv = GetNvrtc();                    \
+    if (!nv.ok()) GTEST_SKIP() << std::string(nv.status().message()); \
+  } while (0)
+
+TEST(Nvrtc, EveryTemplateHasKernels) {
+  std::set<std::string> with_specs;
+  for (const KernelSpec& s : AllKernelSpecs("sm_90")) with_specs.insert(s.template_name);
+  const auto& headers = KernelHeaderOnlyFiles();
+  for (const std::string& name : KernelTemplateNames()) {
+    if (std::find(headers.begin(), headers.end(), name) != headers.end()) continue;
+    EXPECT_TRUE(with_specs.count(name)) << "kernels/" << name << ".cuh has no specs in AllKernelSpecs()";
+  }
+}
+
+TEST(Nvrtc, CompilesEveryKernelForSm80AndSm90) {
+  SKIP_WITHOUT_NVRTC();
+  const Nvrtc& nv = **GetNvrtc();
+  std::printf("NVRTC %d.%d from %s\n", nv.major, nv.minor, nv.path.c_str());
+  NvrtcCompiler compiler;
+  const std::vector<SourceFile> headers = Headers();
+  for (const std::string arch : {"sm_80", "sm_90"}) {
+    std::map<std::string, std::vector<double>> ms_by_entry;
+    for (const KernelSpec& spec : AllKernelSpecs(arch)) {
+      auto options = compiler.Options(spec);
+      ASSERT_TRUE(options.ok()) << options.status();
+      const auto t0 = std::chrono::steady_clock::now();
+      absl::StatusOr<Binary> b = compiler.Compile(spec, SourceFor(spec), headers, *options);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      ASSERT_TRUE(b.ok()) << b.status();
+      EXPECT_EQ(b->kind, BinaryKind::kCubin) << spec.DebugString();
+      EXPECT_FALSE(b->lowered_name.empty());
+      EXPECT_GT(b->image.size(), 1000u);
+      ms_by_entry[spec.entry].push_back(ms);
+      std::printf("  %-60s %7.1f ms  %6zu bytes\n", (spec.NameExpression() + " " + arch).c_str(), ms,
+                  b->image.size());
+    }
+    for (auto& [entry, v] : ms_by_entry) {
+      std::sort(v.begin(), v.end());
+      std::printf("%s %s: %zu kernels, compile ms min %.1f median %.1f max %.1f\n", arch.c_str(), entry.c_str(),
+                  v.size(), v.front(), v[v.size() / 2], v.back());
+    }
+  }
+}
+
+TEST(Nvrtc, OtherThreadCounts) {
+  SKIP_WITHOUT_NVRTC();
+  NvrtcCompiler compiler;
+  const std::vector<SourceFile> headers = Headers();
+  for (int threads : {32, 64, 128, 512, 1024}) {
+    for (int64_t bs : {32, 4096}) {
+      for (bool q : {true, false}) {
+        KernelSpec spec = *Blockwise8Spec(q, core::DType::kBFloat16, bs, threads, "sm_90");
+        absl::StatusOr<Binary> b = compiler.Compile(spec, SourceFor(spec), headers, *compiler.Options(spec));
+        EXPECT_TRUE(b.ok()) << b.status();
+      }
+    }
+  }
+}
+
+TEST(Nvrtc, PtxBeyondKnownArchs) {
+  SKIP_WITHOUT_NVRTC();
+  const Nvrtc& nv = **GetNvrtc();
+  ASSERT_FALSE(nv.supported_archs.empty());
+  const int highest = nv.supported_archs.back();
+  NvrtcCompiler compiler;
+  KernelSpec spec = *Blockwise8Spec(false, core::DType::kFloat32, 256, 0, "sm_" + std::to_string(highest + 1));
+  auto options = compiler.Options(spec);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_NE(std::find(options->begin(), options->end(), "-arch=compute_" + std::to_string(highest)), options->end());
+  absl::StatusOr<Binary> b = compiler.Compile(spec, SourceFor(spec), Headers(), *options);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->kind, BinaryKind::kPtx);
+  EXPECT_EQ(b->image.back(), '\0');
+  EXPECT_NE(b->image.find(b->lowered_name), std::string::npos);
+}
+
+TEST(Nvrtc, CompileErrorCarriesLogOptionsAndSpec) {
+  SKIP_WITHOUT_NVRTC();
+  NvrtcCompiler compiler;
+  KernelSpec spec = *Blockwise8Spec(true, core::DType::kFloat32, 256, 0, "sm_90");
+  spec.template_args[0].second = "no_such_type";
+  absl::StatusOr<Binary> b = compiler.Compile(spec, SourceFor(spec), Headers(), *compiler.Options(spec));
+  ASSERT_FALSE(b.ok());
+  const std::string msg(b.status().message());
+  EXPECT_NE(msg.find("no_such_type"), std::string::npos) << msg;  // the log and the spec
+  EXPECT_NE(msg.find("-arch=sm_90"), std::string::npos) << msg;   // the options
+  EXPECT_NE(msg.find("NVRTC log"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("BLOCKSIZE=256"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace bnb::jit

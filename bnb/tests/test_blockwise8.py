@@ -1,0 +1,128 @@
+"""Blockwise 8-bit ops: C++ kernels equal the pure-torch reference bit for bit; error bounds; special values."""
+
+import pytest
+import torch
+
+import bnb
+from bnb import functional as F
+from bnb.reference import blockwise8 as ref
+from helpers import BLOCKSIZES, FLOAT_DTYPES, assert_same_bits, devices
+
+CODE = F.create_dynamic_map()
+
+
+def sample(n, dtype, seed=0, specials=False):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g) * 3
+    if specials and n > 600:
+        x[:64] = 0
+        x[300] = float("nan")
+        x[450], x[451] = float("inf"), float("-inf")
+        x[520:580] = torch.arange(520, 580) * 2.0**-140  # float32 subnormals
+        x[600] = 6.0e-8  # a float16 subnormal
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("blocksize", BLOCKSIZES)
+def test_kernel_equals_reference(device, dtype, blocksize):
+    for n in (1, 31, 3 * blocksize + 17, 70001):
+        A = sample(n, dtype, seed=n + blocksize, specials=True).to(device)
+        q, absmax = torch.ops.bnb.quantize_blockwise(A, CODE.to(device), blocksize)
+        q_ref, absmax_ref = ref.quantize_blockwise(A.cpu(), CODE, blocksize)
+        assert_same_bits(q, q_ref)
+        assert_same_bits(absmax, absmax_ref)
+        out = torch.ops.bnb.dequantize_blockwise(q, absmax, CODE.to(device), blocksize, dtype)
+        assert_same_bits(out, ref.dequantize_blockwise(q_ref, absmax_ref, CODE, blocksize, dtype))
+
+
+@pytest.mark.parametrize("isa", bnb._C.cpu_isas())
+def test_every_instruction_set_agrees(isa):
+    A = sample(50000, torch.bfloat16, seed=3, specials=True)
+    want = ref.quantize_blockwise(A, CODE, 256)
+    with bnb.config.override(cpu__isa=isa):
+        assert bnb._C.cpu_isa() == isa
+        got = torch.ops.bnb.quantize_blockwise(A, CODE, 256)
+        back = torch.ops.bnb.dequantize_blockwise(got[0], got[1], CODE, 256, torch.float16)
+    assert_same_bits(got[0], want[0])
+    assert_same_bits(got[1], want[1])
+    assert_same_bits(back, ref.dequantize_blockwise(want[0], want[1], CODE, 256, torch.float16))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_thread_count_does_not_change_results(threads):
+    A = sample(1 << 20, torch.float32, seed=5)
+    want = torch.ops.bnb.quantize_blockwise(A, CODE, 64)
+    with bnb.config.override(cpu__threads=threads, cpu__grain_elements=1024):
+        got = torch.ops.bnb.quantize_blockwise(A, CODE, 64)
+    assert_same_bits(got[0], want[0])
+    assert_same_bits(got[1], want[1])
+
+
+def test_any_codebook_and_unsorted_codebooks():
+    g = torch.Generator().manual_seed(1)
+    code = torch.rand(256, generator=g) * 2 - 1  # unsorted, arbitrary values
+    code[10] = code[200]  # a duplicate: the lower code wins
+    A = torch.randn(4096, generator=g)
+    q, absmax = torch.ops.bnb.quantize_blockwise(A, code, 128)
+    q_ref, absmax_ref = ref.quantize_blockwise(A, code, 128)
+    assert_same_bits(q, q_ref)
+    assert not (q == 200).any()
+    # Nearest value: no other entry is strictly closer to any scaled input.
+    v = (A.view(-1, 128) / absmax[:, None]).reshape(-1)
+    dist_chosen = (v - code[q.long()]).abs()
+    dist_best = (v[:, None] - code[None, :]).abs().min(dim=1).values
+    assert torch.all(dist_chosen <= dist_best + 1e-7)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("blocksize", BLOCKSIZES)
+def test_error_bounds_randn(device, blocksize):
+    # bitsandbytes' own bounds for randn 1024x1024 with the dynamic map.
+    A = torch.randn(1024, 1024, generator=torch.Generator().manual_seed(blocksize)).to(device)
+    q, state = F.quantize_blockwise(A, blocksize=blocksize)
+    back = F.dequantize_blockwise(q, state)
+    diff = (back - A).abs()
+    assert diff.mean().item() < 0.011
+    assert (diff / (A.abs() + 1e-8)).mean().item() < 0.018
+
+
+def test_special_value_policy():
+    x = torch.full((96,), 0.5)
+    x[:32] = 0
+    x[40] = float("nan")
+    x[70], x[71] = float("inf"), float("-inf")
+    q, absmax = torch.ops.bnb.quantize_blockwise(x, CODE, 32)
+    out = torch.ops.bnb.dequantize_blockwise(q, absmax, CODE, 32, torch.float32)
+    assert absmax[0] == 0 and torch.isnan(absmax[1]) and torch.isinf(absmax[2])
+    assert (out[:32] == 0).all()
+    assert torch.isnan(out[32:64]).all()  # NaN is never hidden
+    assert out[70] == float("inf") and out[71] == float("-inf")
+    assert not torch.isfinite(out[64:96]).any()
+
+
+def test_non_contiguous_inputs_give_correct_results():
+    A = torch.randn(64, 256).t()  # shape (256, 64), a transposed view
+    assert not A.is_contiguous()
+    q, absmax = torch.ops.bnb.quantize_blockwise(A, CODE, 64)
+    q_ref, absmax_ref = ref.quantize_blockwise(A.contiguous(), CODE, 64)
+    assert_same_bits(q, q_ref)
+    assert_same_bits(absmax, absmax_ref)
+
+    q_strided = q.t().contiguous().t()  # same values, non-contiguous
+    want = ref.dequantize_blockwise(q_ref, absmax_ref, CODE, 64, torch.float32)
+    assert_same_bits(torch.ops.bnb.dequantize_blockwise(q_strided, absmax, CODE, 64, torch.float32), want)
+    out = torch.empty(64, 256).t()  # a non-contiguous out= of the right shape
+    torch.ops.bnb.dequantize_blockwise.out(q, absmax, CODE, 64, torch.float32, out=out)
+    assert_same_bits(out.contiguous(), want)
+
+
+def test_out_overload_writes_in_place():
+    A = torch.randn(5000, dtype=torch.bfloat16)
+    q, absmax = torch.ops.bnb.quantize_blockwise(A, CODE, 256)
+    out = torch.empty(5000, dtype=torch.bfloat16)
+    ptr = out.data_ptr()
+    torch.ops.bnb.dequantize_blockwise.out(q, absmax, CODE, 256, torch.bfloat16, out=out)
+    assert out.data_ptr() == ptr
+    assert_same_bits(out, ref.dequantize_blockwise(q, absmax, CODE, 256, torch.bfloat16))

@@ -1,0 +1,97 @@
+"""bnb.config from Python: layering through files and environment, run-time overrides, errors, the CLI."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import bnb
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    """No user, project or explicit config and no BNB_* knob variables; restores everything afterwards."""
+    for k in list(os.environ):
+        if k.startswith("BNB_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    bnb.config.reset()
+    bnb.config.reload()
+    yield tmp_path
+    monkeypatch.undo()
+    bnb.config.reset()
+    bnb.config.reload()
+
+
+def test_layers(clean_env, monkeypatch):
+    tmp = clean_env
+    (tmp / "xdg" / "bnb").mkdir(parents=True)
+    (tmp / "xdg" / "bnb" / "config.toml").write_text("[cpu]\nthreads = 1\ngrain_elements = 2048\n")
+    bnb.config.reload()
+    assert bnb.config.get("cpu.threads") == 1
+    assert bnb.config.source("cpu.threads").endswith("xdg/bnb/config.toml:2")
+
+    (tmp / "bnb.toml").write_text("[cpu]\nthreads = 2\n")
+    bnb.config.reload()
+    assert bnb.config.get("cpu.threads") == 2 and bnb.config.get("cpu.grain_elements") == 2048
+
+    (tmp / "explicit.toml").write_text("[cpu]\nthreads = 3\n")
+    monkeypatch.setenv("BNB_CONFIG", str(tmp / "explicit.toml"))
+    bnb.config.reload()
+    assert bnb.config.get("cpu.threads") == 3
+
+    monkeypatch.setenv("BNB_CPU_THREADS", "4")
+    bnb.config.reload()
+    assert bnb.config.get("cpu.threads") == 4 and bnb.config.source("cpu.threads") == "env BNB_CPU_THREADS"
+
+    bnb.config.set("cpu.threads", 5)
+    assert bnb.config.get("cpu.threads") == 5 and bnb.config.source("cpu.threads") == "bnb.config.set"
+    with bnb.config.override(cpu__threads=6):
+        assert bnb.config.get("cpu.threads") == 6
+    assert bnb.config.get("cpu.threads") == 5
+    bnb.config.unset("cpu.threads")
+    assert bnb.config.get("cpu.threads") == 4
+
+
+def test_errors_name_file_line_and_key(clean_env):
+    (clean_env / "bnb.toml").write_text("[cpu]\nthreads = 1\n\n[cache]\nenabeld = true\n")
+    with pytest.raises(ValueError, match=r"bnb\.toml:5:1: unknown key 'cache\.enabeld'"):
+        bnb.config.reload()
+    (clean_env / "bnb.toml").write_text("[cpu]\nthreads = -3\n")
+    with pytest.raises(ValueError, match=r"bnb\.toml:2:11: cpu\.threads: expected an integer in \[0, 4096\], got -3"):
+        bnb.config.reload()
+
+
+def test_set_checks_type_and_range(clean_env):
+    with pytest.raises(ValueError, match="cpu.threads: expected an integer, got \"2\""):
+        bnb.config.set("cpu.threads", "2")
+    with pytest.raises(ValueError, match=r"expected an integer in \[1024"):
+        bnb.config.set("cpu.grain_elements", 5)
+    with pytest.raises(ValueError, match="cpu.isa: 'avx9' is not an instruction set"):
+        bnb.config.set("cpu.isa", "avx9")
+    with pytest.raises(KeyError, match="unknown config key 'cpu.speed'"):
+        bnb.config.set("cpu.speed", 1)
+    with pytest.raises(TypeError):
+        bnb.config.set("cpu.threads", 1.5)
+
+
+def test_bad_file_makes_ops_raise_not_crash(clean_env):
+    (clean_env / "bnb.toml").write_text("[cpu]\nthreads = 'x'\n")
+    with pytest.raises(ValueError):
+        bnb.config.reload()
+    # The failed reload kept the previous values, so ops still run.
+    import torch
+    q, absmax = torch.ops.bnb.quantize_blockwise(torch.randn(100), bnb.functional.create_dynamic_map(), 64)
+    assert q.shape == (100,)
+
+
+def test_cli_prints_every_knob_and_its_source(clean_env):
+    env = dict(os.environ, BNB_CPU_THREADS="3")
+    out = subprocess.run([sys.executable, "-m", "bnb", "config"], capture_output=True, text=True, check=True,
+                         env=env, cwd=clean_env).stdout
+    for e in bnb.config.effective():
+        assert e["name"] in out
+    line = next(l for l in out.splitlines() if l.startswith("cpu.threads"))
+    assert " 3 " in line and "env BNB_CPU_THREADS" in line

@@ -1,0 +1,113 @@
+"""bnb.functional against bitsandbytes' API: the dynamic map, QuantState, nested statistics, state-dict keys."""
+
+import pytest
+import torch
+
+import bnb
+from bnb import functional as F
+from helpers import FLOAT_DTYPES, assert_same_bits, devices
+
+
+def bitsandbytes_dynamic_map(signed=True, max_exponent_bits=7, total_bits=8):
+    """bitsandbytes' create_dynamic_map algorithm, written out in torch: the independent oracle."""
+    data = []
+    non_sign_bits = total_bits - 1
+    additional_items = 2 ** (non_sign_bits - max_exponent_bits) - 1
+    for i in range(max_exponent_bits):
+        items = 2 ** (i + non_sign_bits - max_exponent_bits) + 1 if signed else \
+            2 ** (i + non_sign_bits - max_exponent_bits + 1) + 1
+        b = torch.linspace(0.1, 1, items, dtype=torch.float32)
+        means = (b[:-1] + b[1:]) / 2.0
+        data += ((10 ** (-(max_exponent_bits - 1) + i)) * means).tolist()
+        if signed:
+            data += (-(10 ** (-(max_exponent_bits - 1) + i)) * means).tolist()
+    if additional_items > 0:
+        b = torch.linspace(0.1, 1, additional_items + 1, dtype=torch.float32)
+        means = (b[:-1] + b[1:]) / 2.0
+        data += ((10 ** (-(max_exponent_bits - 1) + i)) * means).tolist()
+        if signed:
+            data += (-(10 ** (-(max_exponent_bits - 1) + i)) * means).tolist()
+    data += [0, 1.0]
+    data += [0] * (256 - len(data))
+    data.sort()
+    return torch.tensor(data, dtype=torch.float32)
+
+
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() != "AVX2",
+                    reason="bitsandbytes' map comes from torch.linspace, whose result varies by 1 ulp with torch's "
+                           "CPU kernels; bnb pins the AVX2 one")
+def test_default_dynamic_map_equals_bitsandbytes_exactly():
+    assert_same_bits(F.create_dynamic_map(), bitsandbytes_dynamic_map())
+
+
+@pytest.mark.parametrize("signed, meb, bits", [(True, 7, 8), (False, 7, 8), (True, 5, 8), (True, 4, 6),
+                                               (False, 3, 5)])
+def test_dynamic_map_equals_bitsandbytes_within_two_ulps(signed, meb, bits):
+    ours, theirs = F.create_dynamic_map(signed, meb, bits), bitsandbytes_dynamic_map(signed, meb, bits)
+    ulps = (ours.view(torch.int32).long() - theirs.view(torch.int32).long()).abs()
+    assert ulps.max() <= 2, (ulps > 2).nonzero()
+
+
+def test_dynamic_map_bad_arguments():
+    with pytest.raises(ValueError, match="max_exponent_bits must be in 1..7"):
+        F.create_dynamic_map(True, 9, 8)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("nested", [False, True])
+def test_roundtrip_and_state(device, dtype, nested):
+    A = torch.randn(300, 700, device=device).to(dtype)
+    q, state = F.quantize_blockwise(A, blocksize=256, nested=nested)
+    assert q.shape == A.shape and q.dtype == torch.uint8
+    assert state.dtype == dtype and state.blocksize == 256 and state.nested == nested
+    back = F.dequantize_blockwise(q, state)
+    assert back.dtype == dtype and back.shape == A.shape
+    assert (back.float() - A.float()).abs().mean() < 0.011 * 2  # scale of randn*1, blocksize 256
+    if nested:
+        assert state.absmax.dtype == torch.uint8 and state.state2.absmax.dtype == torch.float32
+        plain, plain_state = F.quantize_blockwise(A, blocksize=256)
+        assert_same_bits(q, plain)  # nesting changes only how absmax is stored
+        absmax = F.dequantize_blockwise(state.absmax, state.state2) + state.offset
+        assert torch.allclose(absmax, plain_state.absmax, rtol=0.02)
+
+
+def test_absmax_only_and_out_arguments():
+    A = torch.randn(10000)
+    q, state = F.quantize_blockwise(A, blocksize=4096)
+    back = F.dequantize_blockwise(q, absmax=state.absmax, blocksize=4096)  # dynamic map, float32 by default
+    assert_same_bits(back, F.dequantize_blockwise(q, state))
+    out = torch.empty(10000)
+    assert F.dequantize_blockwise(q, state, out=out) is out
+    q_out, absmax_out = torch.empty(10000, dtype=torch.uint8), torch.empty(3)
+    q2, state2 = F.quantize_blockwise(A, absmax=absmax_out, out=q_out)
+    assert q2 is q_out and state2.absmax is absmax_out
+    assert_same_bits(q_out, q)
+    with pytest.raises(ValueError, match="requires either quant_state or absmax"):
+        F.dequantize_blockwise(q)
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_state_dict_round_trip(nested):
+    A = torch.randn(100, 100, dtype=torch.float16)
+    q, state = F.quantize_blockwise(A, blocksize=64, nested=nested)
+    d = state.as_dict()
+    expected = {"quant_type", "absmax", "blocksize", "quant_map", "dtype", "shape"}
+    if nested:
+        expected |= {"nested_absmax", "nested_blocksize", "nested_quant_map", "nested_dtype", "nested_offset"}
+    assert set(d) == expected
+    assert d["dtype"] == "float16" and d["quant_type"] is None
+    assert state.as_dict(packed=True).keys() == d.keys()  # 8-bit states have no packed form
+    again = bnb.QuantState.from_dict(d, device=torch.device("cpu"))
+    assert again == state
+    assert_same_bits(F.dequantize_blockwise(q, again), F.dequantize_blockwise(q, state))
+
+
+def test_quant_state_list_layout_and_errors():
+    A = torch.randn(5000)
+    _, state = F.quantize_blockwise(A, blocksize=1024, nested=True)
+    assert state[2] == torch.float32 and state[3] == 1024 and state[4][1] is state.state2
+    with pytest.raises(ValueError, match="found neither"):
+        bnb.QuantState.from_dict({"absmax": torch.ones(1)}, device="cpu")
+    with pytest.raises(ValueError, match="unknown keys"):
+        bnb.QuantState.from_dict({"quant_type": None, "bogus": 1}, device="cpu")
