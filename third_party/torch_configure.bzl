@@ -20,6 +20,17 @@ def _impl(ctx):
         fail("bnb: torch %s was built with _GLIBCXX_USE_CXX11_ABI=0; bnb and Debian's libraries use the C++11 ABI. Install a torch built with it (torch >= 2.7 from PyPI)." % version)
     ctx.symlink(root + "/include", "include")
     ctx.symlink(root + "/lib", "lib")
+
+    # at::parallel_for is a header template: under an OpenMP build of torch, code that calls it must be compiled
+    # with -fopenmp and use torch's own libgomp, or it silently runs on one thread.
+    openmp = "#define AT_PARALLEL_OPENMP 1" in ctx.read(root + "/include/ATen/Config.h")
+    gomp = []
+    if openmp:
+        found = [f.basename for f in ctx.path(root + "/lib").readdir() if f.basename.startswith("libgomp")]
+        if not found:
+            fail("bnb: torch %s uses OpenMP but ships no libgomp in %s/lib" % (version, root))
+        gomp = ["lib/" + found[0]]
+    ctx.file("defs.bzl", "TORCH_OPENMP_COPTS = %s\n" % repr(["-fopenmp"] if openmp else []))
     ctx.file("BUILD.bazel", """package(default_visibility = ["//visibility:public"])
 
 # torch {version}
@@ -27,9 +38,9 @@ cc_library(
     name = "libtorch",
     hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh"], allow_empty = True),
     includes = ["include", "include/torch/csrc/api/include"],
-    srcs = ["lib/libc10.so", "lib/libtorch_cpu.so", "lib/libtorch.so"],
+    srcs = ["lib/libc10.so", "lib/libtorch_cpu.so", "lib/libtorch.so"] + {gomp},
     linkopts = ["-Wl,-rpath,{root}/lib"],
 )
-""".format(version = version, root = root))
+""".format(version = version, root = root, gomp = repr(gomp)))
 
 torch_configure = repository_rule(implementation = _impl, environ = ["BNB_PYTHON"], local = True)

@@ -83,11 +83,37 @@ HWY_INLINE void StoreF32(VF v, void* base, int64_t i) {
   }
 }
 
+// Codes of N scaled values in [-1, 1], by PreparedCodebook's bucket table: one gather and integer compares.
+// Lanes whose bucket is marked for search are redone by the scalar binary search (never, for the dynamic map).
+HWY_INLINE void StoreCodes(const PreparedCodebook& cb, VF v, uint8_t* out) {
+  using P = PreparedCodebook;
+  const DI di;
+  const auto bits = hn::BitCast(di, v);
+  const auto negative = hn::Lt(bits, hn::Zero(di));
+  const auto mag = hn::And(bits, hn::Set(di, 0x7FFFFFFF));
+  const auto clamped = hn::Min(hn::Max(mag, hn::Set(di, int32_t(P::kMagMin))), hn::Set(di, int32_t(P::kMagOne)));
+  const auto rel = hn::Sub(clamped, hn::Set(di, int32_t(P::kMagMin)));
+  auto bucket = hn::ShiftRight<P::kBucketShift>(rel);
+  bucket = hn::IfThenElse(negative, hn::Add(bucket, hn::Set(di, P::kBuckets)), bucket);
+  auto key = hn::And(rel, hn::Set(di, P::kKeyMask));
+  key = hn::IfThenElse(negative, hn::Xor(key, hn::Set(di, P::kKeyMask)), key);
+  const auto e = hn::GatherIndex(di, cb.buckets.data(), bucket);
+  const auto above = hn::Gt(key, hn::And(e, hn::Set(di, P::kKeyMask)));
+  const auto byte = hn::Set(di, 0xFF);  // the shifts are arithmetic: mask off the sign
+  const auto code = hn::IfThenElse(above, hn::And(hn::ShiftRight<24>(e), byte), hn::And(hn::ShiftRight<16>(e), byte));
+  hn::StoreU(hn::DemoteTo(DU8(), code), DU8(), out);
+  const auto search = hn::Ne(hn::And(e, hn::Set(di, P::kSearch)), hn::Zero(di));
+  if (HWY_UNLIKELY(!hn::AllFalse(di, search))) {
+    HWY_ALIGN float vs[hn::MaxLanes(DF())];
+    hn::Store(v, DF(), vs);
+    for (size_t j = 0; j < hn::Lanes(di); ++j) out[j] = NearestCode(cb, vs[j]);
+  }
+}
+
 template <DType kT>
 void QuantizeT(const void* x, const PreparedCodebook& cb, const Blockwise8Range& r, uint8_t* codes,
                float* absmax) {
   const DF df;
-  const DI di;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   for (int64_t b = r.block_begin; b < r.block_end; ++b) {
     const int64_t lo = b * r.blocksize;
@@ -114,18 +140,18 @@ void QuantizeT(const void* x, const PreparedCodebook& cb, const Blockwise8Range&
     int64_t i = lo;
     if (std::isfinite(amax) && amax != 0.0f) {
       const VF vscale = hn::Set(df, amax);
-      for (; i < vec_end; i += N) {
-        const VF v = hn::Div(LoadF32<kT>(x, i), vscale);
-        // Branch-free binary search: pos = number of midpoints strictly below v.
-        auto pos = hn::Zero(di);
-        for (int step = 128; step > 0; step >>= 1) {
-          const auto probe = hn::Add(pos, hn::Set(di, step - 1));
-          const auto above = hn::RebindMask(di, hn::Gt(v, hn::GatherIndex(df, cb.midpoints.data(), probe)));
-          pos = hn::IfThenElse(above, hn::Add(pos, hn::Set(di, step)), pos);
-        }
-        if (!cb.is_sorted) pos = hn::GatherIndex(di, cb.sorted_to_code.data(), pos);
-        hn::StoreU(hn::DemoteTo(DU8(), pos), DU8(), codes + i);
+      // Four vectors per step: their gathers and divisions are independent, so they overlap.
+      for (; i + 4 * N <= vec_end; i += 4 * N) {
+        const VF v0 = hn::Div(LoadF32<kT>(x, i), vscale);
+        const VF v1 = hn::Div(LoadF32<kT>(x, i + N), vscale);
+        const VF v2 = hn::Div(LoadF32<kT>(x, i + 2 * N), vscale);
+        const VF v3 = hn::Div(LoadF32<kT>(x, i + 3 * N), vscale);
+        StoreCodes(cb, v0, codes + i);
+        StoreCodes(cb, v1, codes + i + N);
+        StoreCodes(cb, v2, codes + i + 2 * N);
+        StoreCodes(cb, v3, codes + i + 3 * N);
       }
+      for (; i < vec_end; i += N) StoreCodes(cb, hn::Div(LoadF32<kT>(x, i), vscale), codes + i);
     }
     for (; i < hi; ++i) codes[i] = NearestCode(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax));
   }

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "bnb/core/dtype.h"
 
 namespace bnb::core {
 namespace {
@@ -120,6 +123,66 @@ absl::StatusOr<std::vector<float>> ComputeDynamicMap(bool is_signed, int max_exp
   return data;
 }
 
+namespace {
+
+// The bucket table, from the sorted positions at each bucket's two ends.
+void BuildBuckets(PreparedCodebook& cb) {
+  using P = PreparedCodebook;
+  cb.buckets.assign(2 * P::kBuckets, 0);
+  for (int32_t b = 0; b < P::kBuckets; ++b) {
+    const uint32_t mag_lo = b == 0 ? 0u : P::kMagMin + (uint32_t(b) << P::kBucketShift);
+    const uint32_t mag_hi = std::min(P::kMagMin + (uint32_t(b + 1) << P::kBucketShift) - 1, P::kMagOne);
+    for (int negative = 0; negative < 2; ++negative) {
+      const float lo = negative ? -BitsToFloat(mag_hi) : BitsToFloat(mag_lo);
+      const float hi = negative ? -BitsToFloat(mag_lo) : BitsToFloat(mag_hi);
+      const int p_lo = SortedPosition(cb, lo), p_hi = SortedPosition(cb, hi);
+      int32_t key = P::kKeyMask, flags = 0;
+      if (p_hi == p_lo + 1) {
+        const float step = cb.midpoints[p_lo];
+        if ((FloatToBits(step) & 0x7FFFFFFFu) < P::kMagMin) {
+          flags = P::kSearch;  // clamped magnitudes cannot be told apart from the step
+        } else {
+          key = BucketOf(step).key;
+        }
+      } else if (p_hi > p_lo + 1) {
+        flags = P::kSearch;
+      }
+      cb.buckets[b + negative * P::kBuckets] =
+          key | flags | (cb.sorted_to_code[p_lo] << 16) | (cb.sorted_to_code[std::min(p_lo + 1, 255)] << 24);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const PreparedCodebook>> PrepareCodebookCached(const float* code, int64_t n) {
+  struct Entry {
+    std::array<float, kCodebookSize> key;
+    std::shared_ptr<const PreparedCodebook> value;
+  };
+  static std::mutex mu;
+  static std::deque<Entry> entries;  // most recent first
+  constexpr size_t kMaxEntries = 8;
+  if (n == kCodebookSize) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto it = entries.begin(); it != entries.end(); ++it) {
+      if (std::memcmp(it->key.data(), code, sizeof(it->key)) == 0) {
+        Entry hit = *it;
+        entries.erase(it);
+        entries.push_front(hit);
+        return hit.value;
+      }
+    }
+  }
+  absl::StatusOr<PreparedCodebook> cb = PrepareCodebook(code, n);
+  if (!cb.ok()) return cb.status();
+  auto value = std::make_shared<const PreparedCodebook>(*std::move(cb));
+  std::lock_guard<std::mutex> lock(mu);
+  entries.push_front(Entry{value->values, value});
+  if (entries.size() > kMaxEntries) entries.pop_back();
+  return value;
+}
+
 absl::StatusOr<PreparedCodebook> PrepareCodebook(const float* code, int64_t n) {
   if (n != kCodebookSize) {
     return absl::InvalidArgumentError(absl::StrCat("code must hold 256 float32 values, got ", n));
@@ -145,6 +208,7 @@ absl::StatusOr<PreparedCodebook> PrepareCodebook(const float* code, int64_t n) {
   for (int i = 0; i + 1 < kCodebookSize; ++i) {
     cb.midpoints[i] = (cb.values[cb.sorted_to_code[i]] + cb.values[cb.sorted_to_code[i + 1]]) * 0.5f;
   }
+  BuildBuckets(cb);
   return cb;
 }
 

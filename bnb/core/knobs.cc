@@ -19,6 +19,8 @@ const std::vector<KnobSpec>& AllKnobs() {
        "most threads a CPU kernel splits its work over; 0 follows torch.get_num_threads()"},
       {"cpu.grain_elements", KnobType::kInt, int64_t{1} << 16, 1024, int64_t{1} << 30,
        "fewest elements a CPU kernel hands to one thread, so small tensors are not split"},
+      {"cpu.huge_pages", KnobType::kBool, true, 0, 0,
+       "advise transparent huge pages for large CPU outputs: far fewer page faults on first write"},
       {"cache.dir", KnobType::kString, std::string(""),  0, 0,
        "directory for compiled kernels; empty means $XDG_CACHE_HOME/bnb/kernels or ~/.cache/bnb/kernels"},
       {"cache.enabled", KnobType::kBool, true, 0, 0, "keep compiled kernels on disk between processes"},

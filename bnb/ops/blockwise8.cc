@@ -5,6 +5,7 @@
 
 #include "bnb/core/blockwise8.h"
 #include "bnb/ops/checks.h"
+#include "bnb/ops/cpu_alloc.h"
 #include "bnb/ops/cpu_parallel.h"
 
 namespace bnb::ops {
@@ -20,9 +21,9 @@ void CheckCode(const char* op, const at::Tensor& code, const at::Tensor& A) {
   CheckSameDevice(op, "code", code, A);
 }
 
-bnb::core::PreparedCodebook PrepareCode(const char* op, const at::Tensor& code) {
+std::shared_ptr<const bnb::core::PreparedCodebook> PrepareCode(const char* op, const at::Tensor& code) {
   const at::Tensor c = code.contiguous();
-  auto cb = bnb::core::PrepareCodebook(c.data_ptr<float>(), c.numel());
+  auto cb = bnb::core::PrepareCodebookCached(c.data_ptr<float>(), c.numel());
   ThrowIfError(op, cb.status());
   return *cb;
 }
@@ -34,21 +35,24 @@ std::tuple<at::Tensor, at::Tensor> QuantizeBlockwise(const at::Tensor& A, const 
   ThrowIfError(op, bnb::core::CheckBlocksize(blocksize));
   CheckNotEmpty(op, "A", A);
   CheckCode(op, code, A);
-  at::Tensor codes = at::empty_symint(A.sym_sizes(), A.options().dtype(at::kByte));
-  at::Tensor absmax = at::empty_symint({NumBlocks(A.sym_numel(), blocksize)}, A.options().dtype(at::kFloat));
-  if constexpr (!kIsMeta) {
+  if constexpr (kIsMeta) {
+    return {at::empty_symint(A.sym_sizes(), A.options().dtype(at::kByte)),
+            at::empty_symint({NumBlocks(A.sym_numel(), blocksize)}, A.options().dtype(at::kFloat))};
+  } else {
+    at::Tensor codes = EmptyCpuOutput(A.sizes(), A.options().dtype(at::kByte));
+    at::Tensor absmax = at::empty({NumBlocks(A.sym_numel(), blocksize).expect_int()}, A.options().dtype(at::kFloat));
     const int64_t n = A.numel();
     const int64_t blocks = absmax.numel();
-    const bnb::core::PreparedCodebook cb = PrepareCode(op, code);
+    const auto cb = PrepareCode(op, code);
     const at::Tensor x = A.contiguous();
     const void* xp = x.data_ptr();
     uint8_t* cp = codes.data_ptr<uint8_t>();
     float* ap = absmax.data_ptr<float>();
     ParallelOverBlocks(op, blocks, blocksize, [&](int64_t b0, int64_t b1) {
-      bnb::core::QuantizeBlockwise8(dtype, xp, cb, Blockwise8Range{n, blocksize, b0, b1}, cp, ap);
+      bnb::core::QuantizeBlockwise8(dtype, xp, *cb, Blockwise8Range{n, blocksize, b0, b1}, cp, ap);
     });
+    return {codes, absmax};
   }
-  return {codes, absmax};
 }
 
 // Checks shared by both dequantize overloads; returns the output element type.
@@ -85,9 +89,13 @@ at::Tensor DequantizeBlockwise(const at::Tensor& A, const at::Tensor& absmax, co
                                int64_t blocksize, c10::ScalarType dtype) {
   constexpr const char* op = "dequantize_blockwise";
   const bnb::core::DType out_type = CheckDequantizeArgs(op, A, absmax, code, blocksize, dtype);
-  at::Tensor out = at::empty_symint(A.sym_sizes(), A.options().dtype(dtype));
-  if constexpr (!kIsMeta) DequantizeCpuInto(op, A, absmax, code, blocksize, out_type, out);
-  return out;
+  if constexpr (kIsMeta) {
+    return at::empty_symint(A.sym_sizes(), A.options().dtype(dtype));
+  } else {
+    at::Tensor out = EmptyCpuOutput(A.sizes(), A.options().dtype(dtype));
+    DequantizeCpuInto(op, A, absmax, code, blocksize, out_type, out);
+    return out;
+  }
 }
 
 template <bool kIsMeta>

@@ -17,6 +17,31 @@ PreparedCodebook DynamicCodebook() {
   return *cb;
 }
 
+// Unsorted, with duplicates, a cluster of values closer than one bucket and a midpoint below 2^-30: every lookup
+// path of the bucket table is taken.
+PreparedCodebook AwkwardCodebook() {
+  std::vector<float> code(256);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto& c : code) c = u(rng);
+  for (int i = 0; i < 40; ++i) code[i] = 0.5f + i * 1e-5f;  // many midpoints per bucket
+  code[50] = code[60];
+  code[70] = 1e-10f;
+  code[71] = -1e-10f;
+  return *PrepareCodebook(code.data(), 256);
+}
+
+int SearchBuckets(const PreparedCodebook& cb) {
+  int n = 0;
+  for (int32_t e : cb.buckets) n += (e & PreparedCodebook::kSearch) != 0;
+  return n;
+}
+
+TEST(BucketTable, DynamicMapNeedsNoSearchAwkwardOneDoes) {
+  EXPECT_EQ(SearchBuckets(DynamicCodebook()), 0);
+  EXPECT_GT(SearchBuckets(AwkwardCodebook()), 0);
+}
+
 // Raw element bits for `dtype`, from float values.
 std::vector<uint8_t> Encode(DType dtype, const std::vector<float>& v) {
   std::vector<uint8_t> out(v.size() * DTypeSize(dtype));
@@ -56,7 +81,7 @@ class EveryIsa : public ::testing::TestWithParam<std::string> {
 TEST_P(EveryIsa, DispatchFollowsTheCap) { EXPECT_EQ(ActiveIsa(), GetParam()); }
 
 TEST_P(EveryIsa, EqualsScalarExactly) {
-  const PreparedCodebook cb = DynamicCodebook();
+  for (const PreparedCodebook& cb : {DynamicCodebook(), AwkwardCodebook()})
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (int64_t bs = kMinBlocksize; bs <= kMaxBlocksize; bs *= 2) {
       for (int64_t n : {int64_t{1}, int64_t{31}, bs * 3 + 17, int64_t{10007}}) {

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# CPU benchmarks: the ops through torch (beside a memory copy) and the core kernels per instruction set.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+tools/setup.sh >/dev/null
+.venv/bin/python tools/bench/cpu_blockwise8.py "$@"
+echo
+echo "core kernels, one thread (bazel run -c opt //tools/bench:core_blockwise8_bench):"
+bazel run -c opt --noshow_progress //tools/bench:core_blockwise8_bench 2>/dev/null

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Idempotent set-up for bnb on Debian 12, run as root: system packages, the project's Python environment (.venv at
+# the repository root), then builds bnb with Bazel and installs its wheel into .venv. Each step is skipped when
+# already done, so a second run costs a Bazel no-op build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+say() { printf '[setup] %s\n' "$*"; }
+
+# --- system packages --------------------------------------------------------------------------------------------
+packages=(bazel-bootstrap bazel-platforms bazel-rules-java g++ pkg-config python3-dev python3-venv
+          libabsl-dev libhwy-dev libtomlplusplus-dev pybind11-dev libgtest-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) != 0 ]]; then
+    echo "[setup] missing Debian packages: ${missing[*]}; run as root, or: apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+  say "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# --- Python environment -----------------------------------------------------------------------------------------
+base_python=${BNB_BASE_PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  say "creating .venv with $("$base_python" --version)"
+  "$base_python" -m venv .venv
+fi
+stamp=".venv/.bnb-requirements-$(sha256sum tools/requirements.txt | cut -c1-16)"
+if [[ ! -f $stamp ]]; then
+  say "installing tools/requirements.txt into .venv"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r tools/requirements.txt
+  rm -f .venv/.bnb-requirements-* && touch "$stamp"
+fi
+
+# --- build and install bnb --------------------------------------------------------------------------------------
+say "building bnb (bazel build //bnb/python:wheel)"
+bazel build --noshow_progress //bnb/python:wheel 2>&1 | grep -vE '^(INFO|Loading|Analyzing|Target|  bazel-bin)' || true
+wheel=$(ls -t bazel-bin/bnb/python/bnb-*.whl | head -n1)
+[[ -f $wheel ]] || { echo "[setup] the wheel was not built" >&2; exit 1; }
+sum=$(sha256sum "$wheel" | cut -c1-16)
+if [[ ! -f .venv/.bnb-wheel-$sum ]]; then
+  say "installing $(basename "$wheel") into .venv"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$wheel"
+  rm -f .venv/.bnb-wheel-* && touch ".venv/.bnb-wheel-$sum"
+fi
+say "ready: $root/.venv/bin/python -c 'import bnb'"
