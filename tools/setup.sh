@@ -41,7 +41,7 @@ fi
 
 # --- build and install bnb --------------------------------------------------------------------------------------
 say "building bnb (bazel build //bnb/python:wheel)"
-bazel build --noshow_progress //bnb/python:wheel 2>&1 | grep -vE '^(INFO|Loading|Analyzing|Target|  bazel-bin)' || true
+bazel build --noshow_progress //bnb/python:wheel 2>&1 | grep -vE '^(INFO|Loading|Analyzing|Target|  bazel-bin)|linux-sandbox' || true
 wheel=$(ls -t bazel-bin/bnb/python/bnb-*.whl | head -n1)
 [[ -f $wheel ]] || { echo "[setup] the wheel was not built" >&2; exit 1; }
 sum=$(sha256sum "$wheel" | cut -c1-16)

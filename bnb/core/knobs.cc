@@ -21,6 +21,17 @@ const std::vector<KnobSpec>& AllKnobs() {
        "fewest elements a CPU kernel hands to one thread, so small tensors are not split"},
       {"cpu.huge_pages", KnobType::kBool, true, 0, 0,
        "advise transparent huge pages for large CPU outputs: far fewer page faults on first write"},
+      {"cuda.threads_per_block", KnobType::kInt, int64_t{0}, 0, 1024,
+       "threads per CUDA block of the blockwise kernels (a power of two >= 32); 0 picks 256", true,
+       [](const KnobValue& v) {
+         const int64_t t = std::get<int64_t>(v);
+         return t == 0 || (t >= 32 && (t & (t - 1)) == 0)
+                    ? absl::OkStatus()
+                    : absl::InvalidArgumentError(absl::StrCat(
+                          "cuda.threads_per_block: expected 0 or a power of two in [32, 1024], got ", t));
+       }},
+      {"cuda.nvrtc_path", KnobType::kString, std::string(""), 0, 0,
+       "libnvrtc to open; empty searches libnvrtc.so.13/.so.12 on the library path, then $CUDA_HOME/lib64"},
       {"cache.dir", KnobType::kString, std::string(""),  0, 0,
        "directory for compiled kernels; empty means $XDG_CACHE_HOME/bnb/kernels or ~/.cache/bnb/kernels"},
       {"cache.enabled", KnobType::kBool, true, 0, 0, "keep compiled kernels on disk between processes"},

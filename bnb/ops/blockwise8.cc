@@ -1,12 +1,16 @@
 // quantize_blockwise / dequantize_blockwise(.out): argument checks and shape rules (shared by the real and the
-// Meta kernels through kIsMeta), and the CPU kernels over bnb/core.
+// Meta kernels through kIsMeta), and the kernels: bnb/core on the CPU, bnb/jit's NVRTC templates on CUDA.
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include "bnb/core/blockwise8.h"
+#include "bnb/jit/blockwise8.h"
+#include "bnb/jit/kernel_cache.h"
 #include "bnb/ops/checks.h"
 #include "bnb/ops/cpu_alloc.h"
 #include "bnb/ops/cpu_parallel.h"
+#include "bnb/ops/cuda_launch.h"
 
 namespace bnb::ops {
 namespace {
@@ -38,6 +42,17 @@ std::tuple<at::Tensor, at::Tensor> QuantizeBlockwise(const at::Tensor& A, const 
   if constexpr (kIsMeta) {
     return {at::empty_symint(A.sym_sizes(), A.options().dtype(at::kByte)),
             at::empty_symint({NumBlocks(A.sym_numel(), blocksize)}, A.options().dtype(at::kFloat))};
+  } else if (A.is_cuda()) {
+    const c10::DeviceGuard guard(A.device());
+    const at::Tensor x = A.contiguous();
+    const at::Tensor c = code.contiguous();
+    at::Tensor codes = at::empty(A.sizes(), A.options().dtype(at::kByte));
+    at::Tensor absmax = at::empty({NumBlocks(A.sym_numel(), blocksize).expect_int()}, A.options().dtype(at::kFloat));
+    ThrowIfLaunchFailed(op, bnb::jit::LaunchQuantizeBlockwise8(
+                                bnb::jit::KernelCache::Global(), A.get_device(), dtype, x.data_ptr(),
+                                c.data_ptr<float>(), codes.data_ptr<uint8_t>(), absmax.data_ptr<float>(), x.numel(),
+                                blocksize, CurrentCudaStream(A), CudaThreadsPerBlock(op)));
+    return {codes, absmax};
   } else {
     at::Tensor codes = EmptyCpuOutput(A.sizes(), A.options().dtype(at::kByte));
     at::Tensor absmax = at::empty({NumBlocks(A.sym_numel(), blocksize).expect_int()}, A.options().dtype(at::kFloat));
@@ -69,8 +84,18 @@ bnb::core::DType CheckDequantizeArgs(const char* op, const at::Tensor& A, const 
   return out_type;
 }
 
-void DequantizeCpuInto(const char* op, const at::Tensor& A, const at::Tensor& absmax, const at::Tensor& code,
-                       int64_t blocksize, bnb::core::DType out_type, at::Tensor& out) {
+// out: contiguous, A's shape, on A's device.
+void DequantizeInto(const char* op, const at::Tensor& A, const at::Tensor& absmax, const at::Tensor& code,
+                    int64_t blocksize, bnb::core::DType out_type, at::Tensor& out) {
+  if (A.is_cuda()) {
+    const c10::DeviceGuard guard(A.device());
+    const at::Tensor a = A.contiguous(), am = absmax.contiguous(), c = code.contiguous();
+    ThrowIfLaunchFailed(op, bnb::jit::LaunchDequantizeBlockwise8(
+                                bnb::jit::KernelCache::Global(), A.get_device(), out_type, a.data_ptr<uint8_t>(),
+                                c.data_ptr<float>(), am.data_ptr<float>(), out.data_ptr(), a.numel(), blocksize,
+                                CurrentCudaStream(A), CudaThreadsPerBlock(op)));
+    return;
+  }
   const at::Tensor a = A.contiguous();
   const at::Tensor am = absmax.contiguous();
   const at::Tensor c = code.contiguous();
@@ -92,8 +117,9 @@ at::Tensor DequantizeBlockwise(const at::Tensor& A, const at::Tensor& absmax, co
   if constexpr (kIsMeta) {
     return at::empty_symint(A.sym_sizes(), A.options().dtype(dtype));
   } else {
-    at::Tensor out = EmptyCpuOutput(A.sizes(), A.options().dtype(dtype));
-    DequantizeCpuInto(op, A, absmax, code, blocksize, out_type, out);
+    at::Tensor out = A.is_cpu() ? EmptyCpuOutput(A.sizes(), A.options().dtype(dtype))
+                                : at::empty(A.sizes(), A.options().dtype(dtype));
+    DequantizeInto(op, A, absmax, code, blocksize, out_type, out);
     return out;
   }
 }
@@ -109,10 +135,10 @@ void DequantizeBlockwiseOut(const at::Tensor& A, const at::Tensor& absmax, const
   CheckSameDevice(op, "out", out, A);
   if constexpr (!kIsMeta) {
     if (out.is_contiguous()) {
-      DequantizeCpuInto(op, A, absmax, code, blocksize, out_type, out);
+      DequantizeInto(op, A, absmax, code, blocksize, out_type, out);
     } else {
       at::Tensor tmp = at::empty(A.sizes(), A.options().dtype(dtype));
-      DequantizeCpuInto(op, A, absmax, code, blocksize, out_type, tmp);
+      DequantizeInto(op, A, absmax, code, blocksize, out_type, tmp);
       out.copy_(tmp);
     }
   }
@@ -121,6 +147,12 @@ void DequantizeBlockwiseOut(const at::Tensor& A, const at::Tensor& absmax, const
 }  // namespace
 
 TORCH_LIBRARY_IMPL(bnb, CPU, m) {
+  m.impl("quantize_blockwise", &QuantizeBlockwise<false>);
+  m.impl("dequantize_blockwise", &DequantizeBlockwise<false>);
+  m.impl("dequantize_blockwise.out", &DequantizeBlockwiseOut<false>);
+}
+
+TORCH_LIBRARY_IMPL(bnb, CUDA, m) {
   m.impl("quantize_blockwise", &QuantizeBlockwise<false>);
   m.impl("dequantize_blockwise", &DequantizeBlockwise<false>);
   m.impl("dequantize_blockwise.out", &DequantizeBlockwiseOut<false>);

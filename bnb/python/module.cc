@@ -11,6 +11,8 @@
 #include "bnb/core/config.h"
 #include "bnb/core/cpu_isa.h"
 #include "bnb/core/cpu_settings.h"
+#include "bnb/jit/all_kernels.h"
+#include "bnb/jit/kernel_cache.h"
 
 namespace py = pybind11;
 
@@ -79,6 +81,47 @@ PYBIND11_MODULE(_C, m) {
     return bnb::core::ActiveIsa();
   }, "The instruction set the CPU kernels dispatch to, after the cpu.isa cap.");
   m.def("cpu_isas", &bnb::core::AvailableIsas, "Instruction sets compiled in and supported here, best first.");
+
+  m.def("jit_stats", [] {
+    const bnb::jit::Stats s = bnb::jit::GetStats();
+    py::dict d;
+    d["memory_hits"] = s.memory_hits;
+    d["disk_hits"] = s.disk_hits;
+    d["compiles"] = s.compiles;
+    d["compile_failures"] = s.compile_failures;
+    d["compile_ms"] = s.compile_ms;
+    d["disk_load_ms"] = s.disk_load_ms;
+    return d;
+  }, "Kernel cache counters of this process.");
+  m.def("jit_reset_stats", [] { bnb::jit::KernelCache::Global().ResetStats(); });
+  m.def("cache_dir", [] { return bnb::jit::KernelCache::Global().DiskDir(); },
+        "The kernel cache directory in use; empty when the disk cache is off or unusable.");
+  m.def("cache_list", [] {
+    py::list out;
+    for (const auto& f : Unwrap(bnb::jit::KernelCache::Global().ListDisk())) {
+      out.append(py::make_tuple(f.name, f.size, f.mtime));
+    }
+    return out;
+  }, "(name, bytes, mtime) of every file in the disk cache.");
+  m.def("cache_clear", [] { return Unwrap(bnb::jit::KernelCache::Global().ClearDisk()); },
+        "Removes every cached kernel file; returns how many.");
+  m.def("cache_warm", [](const std::string& arch, py::object progress) {
+    const auto specs = bnb::jit::AllKernelSpecs(arch);
+    absl::Status st;
+    {
+      // Compiling releases the GIL; the progress callback takes it back for each report.
+      py::gil_scoped_release release;
+      st = bnb::jit::KernelCache::Global().Warm(specs, arch, [&](size_t done, size_t total,
+                                                                 const bnb::jit::KernelSpec& spec) {
+        if (progress.is_none()) return;
+        py::gil_scoped_acquire acquire;
+        progress(done, total, spec.NameExpression());
+      });
+    }
+    Raise(st);
+    return specs.size();
+  }, py::arg("arch"), py::arg("progress") = py::none(),
+     "Compiles every kernel bnb has for `arch` (e.g. \"sm_90\") into the caches; needs NVRTC, not a GPU.");
 
   m.def("create_dynamic_map", [](bool is_signed, int max_exponent_bits, int total_bits) {
     return Unwrap(bnb::core::CreateDynamicMap(is_signed, max_exponent_bits, total_bits));

@@ -1,6 +1,7 @@
 // CUDA blockwise 8-bit kernels against bnb/core's scalar CPU definition, bit for bit: codes, absmax and
 // dequantized values, for every dtype, several blocksizes and thread counts, partial last blocks, misaligned
 // buffers and special values. Runs the jit stack alone (no torch). Skipped, with the reason, without a GPU.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -21,7 +22,7 @@ namespace {
 using core::DType;
 
 class CudaTest : public testing::Test {
- protected:
+ public:
   void SetUp() override {
     absl::StatusOr<const CudaDriver*> d = GetCudaDriver();
     if (!d.ok()) GTEST_SKIP() << std::string(d.status().message());
@@ -38,7 +39,9 @@ class CudaTest : public testing::Test {
     CUdeviceptr ptr = 0;
     EXPECT_EQ(d_->cuMemAlloc(&ptr, bytes + offset + 16), 0);
     allocs_.push_back(ptr);
-    if (bytes) EXPECT_EQ(d_->cuMemcpyHtoD(ptr + offset, p, bytes), 0);
+    if (bytes) {
+      EXPECT_EQ(d_->cuMemcpyHtoD(ptr + offset, p, bytes), 0);
+    }
     return ptr + offset;
   }
   void TearDown() override {
@@ -95,16 +98,12 @@ void RunCase(CudaTest* self, KernelCache& cache, DType t, int64_t bs, int thread
   // GPU.
   const CUdeviceptr dx = self->Upload(x.data(), x.size(), misalign * es);
   const CUdeviceptr dcode = self->Upload(code.data(), 1024);
-  const CUdeviceptr dcodes = self->Upload(nullptr, 0, misalign);
   const CUdeviceptr dabsmax = self->Upload(nullptr, nb * 4 + 4);
-  const CUdeviceptr dout = self->Upload(nullptr, 0, misalign * es);
-  (void)dcodes;
   CUdeviceptr codes_buf = 0, out_buf = 0;
   ASSERT_EQ(d.cuMemAlloc(&codes_buf, n + 64), 0);
   ASSERT_EQ(d.cuMemAlloc(&out_buf, x.size() + 64), 0);
   self->allocs_.push_back(codes_buf);
   self->allocs_.push_back(out_buf);
-  (void)dout;
   uint8_t* codes_ptr = reinterpret_cast<uint8_t*>(codes_buf + misalign);
   void* out_ptr = reinterpret_cast<void*>(out_buf + misalign * es);
   absl::Status st = LaunchQuantizeBlockwise8(cache, 0, t, reinterpret_cast<const void*>(dx),

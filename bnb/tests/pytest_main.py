@@ -11,5 +11,7 @@ import pytest
 
 if __name__ == "__main__":
     rootdir = os.path.dirname(os.path.abspath(sys.argv[1]))
-    sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "--import-mode=importlib", "-rs", f"--rootdir={rootdir}"]
-                         + sys.argv[1:]))
+    args = ["-q", "-p", "no:cacheprovider", "--import-mode=importlib", "-rs", f"--rootdir={rootdir}"]
+    if os.environ.get("XML_OUTPUT_FILE"):  # Bazel's per-test JUnit file, read by tools/test_summary.py
+        args.append(f"--junitxml={os.environ['XML_OUTPUT_FILE']}")
+    sys.exit(pytest.main(args + sys.argv[1:]))

@@ -8,11 +8,12 @@ import torch  # noqa: F401  (bnb._C links libtorch: torch must be loaded first)
 
 from . import _C  # registers the operators' schemas and C++ kernels
 from . import reference as _reference
-from . import config, functional
+from . import config, functional, jit
 from .functional import QuantState
 
 from ._version import __version__  # generated from version.bzl
 
 _reference.register()
+jit._locate_nvrtc()
 
-__all__ = ["config", "functional", "QuantState", "__version__"]
+__all__ = ["config", "functional", "jit", "QuantState", "__version__"]

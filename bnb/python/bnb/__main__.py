@@ -13,16 +13,37 @@ def main(argv=None) -> int:
     demo.add_argument("--repeat", type=int, default=3, help="timed runs per shape (the best is shown)")
     demo.add_argument("--small", action="store_true", help="shapes 8x smaller, for a quick look")
     sub.add_parser("config", help="print every knob's effective value and where it came from")
+    cache = sub.add_parser("cache", help="the compiled CUDA kernel cache")
+    cache.add_argument("action", choices=["list", "clear", "warm"])
+    cache.add_argument("--arch", action="append", help="warm: target such as sm_90 (repeatable; default sm_80, sm_90)")
     args = parser.parse_args(argv)
 
     if args.command == "demo":
         from .demo import run_demo
         return run_demo(args)
+    if args.command == "cache":
+        return run_cache(args)
     if args.command == "config":
         from . import config
         print(config.format_table())
         return 0
     return 2
+
+
+def run_cache(args) -> int:
+    from . import jit
+    if args.action == "list":
+        files = jit.cache_list()
+        print(f"{jit.cache_dir()}: {len(files)} kernels, {sum(f[1] for f in files) / 1e6:.1f} MB")
+        for name, size, _ in files:
+            print(f"  {name}  {size} bytes")
+    elif args.action == "clear":
+        print(f"removed {jit.cache_clear()} kernels from {jit.cache_dir()}")
+    else:
+        for arch in args.arch or ["sm_80", "sm_90"]:
+            n = jit.cache_warm(arch)
+            print(f"{arch}: {n} kernels in {jit.cache_dir()}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,108 @@
+#include "bnb/jit/blockwise8.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "bnb/core/blockwise8.h"
+
+namespace bnb::jit {
+namespace {
+
+bool IsPow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+// Elements per thread per quant block, as Shape<> in blockwise8.cuh computes it.
+int64_t PerThread(int64_t blocksize, int threads, core::DType dtype) {
+  const int64_t vec = 16 / core::DTypeSize(dtype);
+  return std::max<int64_t>(blocksize / threads, vec);
+}
+
+}  // namespace
+
+const char* CudaTypeName(core::DType dtype) {
+  switch (dtype) {
+    case core::DType::kFloat32: return "float";
+    case core::DType::kFloat16: return "bnb::half";
+    case core::DType::kBFloat16: return "bnb::bf16";
+  }
+  return "?";
+}
+
+absl::StatusOr<KernelSpec> Blockwise8Spec(bool quantize, core::DType dtype, int64_t blocksize, int threads,
+                                          const std::string& arch) {
+  if (absl::Status st = core::CheckBlocksize(blocksize); !st.ok()) return st;
+  if (threads == 0) threads = kDefaultBlockwise8Threads;
+  if (!IsPow2(threads) || threads < 32 || threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("blockwise8 kernel: threads per block must be a power of two in [32, 1024], got ", threads));
+  }
+  KernelSpec s;
+  s.template_name = "blockwise8";
+  s.entry = quantize ? "quantize_blockwise8" : "dequantize_blockwise8";
+  s.template_args = {{"T", CudaTypeName(dtype)},
+                     {"BLOCKSIZE", absl::StrCat(blocksize)},
+                     {"THREADS", absl::StrCat(threads)}};
+  s.arch = arch;
+  return s;
+}
+
+std::vector<KernelSpec> AllBlockwise8Specs(const std::string& arch, int threads) {
+  std::vector<KernelSpec> out;
+  for (bool q : {true, false}) {
+    for (core::DType t : {core::DType::kFloat32, core::DType::kFloat16, core::DType::kBFloat16}) {
+      for (int64_t bs = core::kMinBlocksize; bs <= core::kMaxBlocksize; bs *= 2) {
+        out.push_back(*Blockwise8Spec(q, t, bs, threads, arch));
+      }
+    }
+  }
+  return out;
+}
+
+Dim3 Blockwise8Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device) {
+  if (threads == 0) threads = kDefaultBlockwise8Threads;
+  const int64_t per_block_threads = blocksize / PerThread(blocksize, threads, dtype);
+  const int64_t blocks_per_tile = threads / per_block_threads;
+  const int64_t tiles = (core::NumBlocks(n, blocksize) + blocks_per_tile - 1) / blocks_per_tile;
+  const int64_t resident =
+      int64_t{std::max(device.sm_count, 1)} * std::max(device.max_threads_per_sm / threads, 1);
+  Dim3 g;
+  g.x = static_cast<unsigned>(std::max<int64_t>(1, std::min(tiles, resident)));
+  return g;
+}
+
+absl::Status LaunchQuantizeBlockwise8(KernelCache& cache, int device, core::DType dtype, const void* x,
+                                      const float* code, uint8_t* codes, float* absmax, int64_t n,
+                                      int64_t blocksize, void* stream, int threads) {
+  if (n == 0) return absl::OkStatus();
+  absl::StatusOr<KernelSpec> spec = Blockwise8Spec(true, dtype, blocksize, threads, "");
+  if (!spec.ok()) return spec.status();
+  if (threads == 0) threads = kDefaultBlockwise8Threads;
+  absl::StatusOr<DeviceInfo> info = GetDeviceInfo(device);
+  if (!info.ok()) return info.status();
+  absl::StatusOr<LoadedKernel> k = cache.GetKernel(*spec, device);
+  if (!k.ok()) return k.status();
+  long long nn = n;
+  void* args[] = {&x, &code, &codes, &absmax, &nn};
+  Dim3 block;
+  block.x = static_cast<unsigned>(threads);
+  return LaunchKernel(*k, Blockwise8Grid(n, blocksize, threads, dtype, *info), block, 0, stream, args);
+}
+
+absl::Status LaunchDequantizeBlockwise8(KernelCache& cache, int device, core::DType dtype, const uint8_t* codes,
+                                        const float* code, const float* absmax, void* out, int64_t n,
+                                        int64_t blocksize, void* stream, int threads) {
+  if (n == 0) return absl::OkStatus();
+  absl::StatusOr<KernelSpec> spec = Blockwise8Spec(false, dtype, blocksize, threads, "");
+  if (!spec.ok()) return spec.status();
+  if (threads == 0) threads = kDefaultBlockwise8Threads;
+  absl::StatusOr<DeviceInfo> info = GetDeviceInfo(device);
+  if (!info.ok()) return info.status();
+  absl::StatusOr<LoadedKernel> k = cache.GetKernel(*spec, device);
+  if (!k.ok()) return k.status();
+  long long nn = n;
+  void* args[] = {&codes, &code, &absmax, &out, &nn};
+  Dim3 block;
+  block.x = static_cast<unsigned>(threads);
+  return LaunchKernel(*k, Blockwise8Grid(n, blocksize, threads, dtype, *info), block, 0, stream, args);
+}
+
+}  // namespace bnb::jit

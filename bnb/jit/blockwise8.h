@@ -1,0 +1,43 @@
+// Host side of kernels/blockwise8.cuh: the kernel specs, launch shapes and launches the ops layer needs for
+// blockwise 8-bit quantization on CUDA. Pointers are device pointers; `stream` is a CUstream as void*.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bnb/core/dtype.h"
+#include "bnb/jit/kernel_cache.h"
+#include "bnb/jit/kernel_spec.h"
+#include "bnb/jit/launcher.h"
+
+namespace bnb::jit {
+
+inline constexpr int kDefaultBlockwise8Threads = 256;
+
+// The C++ type the templates use for `dtype`: "float", "bnb::half", "bnb::bf16".
+const char* CudaTypeName(core::DType dtype);
+
+// The spec of quantize_blockwise8<T, blocksize, threads> (quantize) or dequantize_blockwise8<...>. threads 0
+// means kDefaultBlockwise8Threads. Errors name a bad blocksize (power of two in [32, 4096]) or thread count
+// (power of two in [32, 1024]). An empty arch is filled in by KernelCache::GetKernel from the device.
+absl::StatusOr<KernelSpec> Blockwise8Spec(bool quantize, core::DType dtype, int64_t blocksize, int threads,
+                                          const std::string& arch);
+
+// Every quantize and dequantize spec, for every dtype and blocksize (for cache warm and the NVRTC test).
+std::vector<KernelSpec> AllBlockwise8Specs(const std::string& arch, int threads = 0);
+
+// Grid for n elements: one CTA per tile of quant blocks, at most as many as fit on the device at once.
+Dim3 Blockwise8Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device);
+
+// Get (compile or load) and launch. x, out: n elements of dtype; codes: n bytes; absmax: NumBlocks floats;
+// code: the 256-entry codebook (finite floats). n == 0 launches nothing.
+absl::Status LaunchQuantizeBlockwise8(KernelCache& cache, int device, core::DType dtype, const void* x,
+                                      const float* code, uint8_t* codes, float* absmax, int64_t n,
+                                      int64_t blocksize, void* stream, int threads = 0);
+absl::Status LaunchDequantizeBlockwise8(KernelCache& cache, int device, core::DType dtype, const uint8_t* codes,
+                                        const float* code, const float* absmax, void* out, int64_t n,
+                                        int64_t blocksize, void* stream, int threads = 0);
+
+}  // namespace bnb::jit

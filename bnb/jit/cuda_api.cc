@@ -1,0 +1,186 @@
+#include "bnb/jit/cuda_api.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bnb/core/config.h"
+
+namespace bnb::jit {
+namespace {
+
+// Looks `name` up in `lib`; on failure appends it to *missing.
+template <class F>
+void Sym(void* lib, const char* name, F* f, std::vector<std::string>* missing) {
+  *f = reinterpret_cast<F>(dlsym(lib, name));
+  if (*f == nullptr) missing->push_back(name);
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+std::string DirOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string() : path.substr(0, slash);
+}
+
+// NVRTC opens libnvrtc-builtins.so.<major>.<minor> by name; preloading it from `dir` makes a copy of NVRTC that
+// the loader cannot find by itself (a pip wheel, a relocated toolkit) work.
+void PreloadBuiltins(const std::string& dir) {
+  if (dir.empty()) return;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("libnvrtc-builtins.so.", 0) == 0) dlopen((dir + "/" + name).c_str(), RTLD_NOW | RTLD_GLOBAL);
+  }
+  closedir(d);
+}
+
+absl::StatusOr<CudaDriver> OpenDriver() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (lib == nullptr) {
+    const char* err = dlerror();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "bnb: the CUDA driver library libcuda.so.1 could not be opened (", err ? err : "not found",
+        "). Install the NVIDIA driver (it provides libcuda.so.1) or put its directory on LD_LIBRARY_PATH. "
+        "Without it CUDA kernels are unavailable; CPU ops keep working."));
+  }
+  CudaDriver d{};
+  Dl_info info{};
+  d.path = "libcuda.so.1";
+  std::vector<std::string> missing;
+  Sym(lib, "cuInit", &d.cuInit, &missing);
+  Sym(lib, "cuDriverGetVersion", &d.cuDriverGetVersion, &missing);
+  Sym(lib, "cuDeviceGetCount", &d.cuDeviceGetCount, &missing);
+  Sym(lib, "cuDeviceGet", &d.cuDeviceGet, &missing);
+  Sym(lib, "cuDeviceGetAttribute", &d.cuDeviceGetAttribute, &missing);
+  Sym(lib, "cuDevicePrimaryCtxRetain", &d.cuDevicePrimaryCtxRetain, &missing);
+  Sym(lib, "cuCtxGetCurrent", &d.cuCtxGetCurrent, &missing);
+  Sym(lib, "cuCtxSetCurrent", &d.cuCtxSetCurrent, &missing);
+  Sym(lib, "cuCtxSynchronize", &d.cuCtxSynchronize, &missing);
+  Sym(lib, "cuModuleLoadData", &d.cuModuleLoadData, &missing);
+  Sym(lib, "cuModuleUnload", &d.cuModuleUnload, &missing);
+  Sym(lib, "cuModuleGetFunction", &d.cuModuleGetFunction, &missing);
+  Sym(lib, "cuFuncSetAttribute", &d.cuFuncSetAttribute, &missing);
+  Sym(lib, "cuLaunchKernel", &d.cuLaunchKernel, &missing);
+  Sym(lib, "cuGetErrorString", &d.cuGetErrorString, &missing);
+  Sym(lib, "cuMemAlloc_v2", &d.cuMemAlloc, &missing);
+  Sym(lib, "cuMemFree_v2", &d.cuMemFree, &missing);
+  Sym(lib, "cuMemcpyHtoD_v2", &d.cuMemcpyHtoD, &missing);
+  Sym(lib, "cuMemcpyDtoH_v2", &d.cuMemcpyDtoH, &missing);
+  if (dladdr(reinterpret_cast<void*>(d.cuInit), &info) != 0 && info.dli_fname) d.path = info.dli_fname;
+  if (!missing.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("bnb: the CUDA driver ", d.path, " lacks ",
+                                                      absl::StrJoin(missing, ", "),
+                                                      "; update the NVIDIA driver"));
+  }
+  const CUresult r = d.cuInit(0);
+  if (r != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("bnb: cuInit(0) failed with ", CuErrorText(d, r), " (driver ", d.path,
+                     "): no usable GPU, or the driver is older than the toolkit; CPU ops keep working"));
+  }
+  return d;
+}
+
+absl::StatusOr<Nvrtc> OpenNvrtc() {
+  std::vector<std::string> candidates;
+  if (absl::StatusOr<std::string> p = core::Config::Global().GetString("cuda.nvrtc_path"); p.ok() && !p->empty()) {
+    candidates.push_back(*p);
+  }
+  const std::string cuda_home = Env("CUDA_HOME");
+  for (const char* so : {"libnvrtc.so.13", "libnvrtc.so.12"}) {
+    candidates.push_back(so);
+    if (!cuda_home.empty()) {
+      candidates.push_back(absl::StrCat(cuda_home, "/lib64/", so));
+      candidates.push_back(absl::StrCat(cuda_home, "/lib/", so));
+    }
+    candidates.push_back(absl::StrCat("/usr/local/cuda/lib64/", so));
+  }
+  std::vector<std::string> tried;
+  for (const std::string& c : candidates) {
+    const bool is_path = c.find('/') != std::string::npos;
+    if (is_path) PreloadBuiltins(DirOf(c));
+    void* lib = dlopen(c.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (lib == nullptr) {
+      const char* err = dlerror();
+      tried.push_back(absl::StrCat(c, " (", err ? err : "not found", ")"));
+      continue;
+    }
+    Nvrtc n{};
+    std::vector<std::string> missing;
+    Sym(lib, "nvrtcVersion", &n.nvrtcVersion, &missing);
+    Sym(lib, "nvrtcGetNumSupportedArchs", &n.nvrtcGetNumSupportedArchs, &missing);
+    Sym(lib, "nvrtcGetSupportedArchs", &n.nvrtcGetSupportedArchs, &missing);
+    Sym(lib, "nvrtcCreateProgram", &n.nvrtcCreateProgram, &missing);
+    Sym(lib, "nvrtcDestroyProgram", &n.nvrtcDestroyProgram, &missing);
+    Sym(lib, "nvrtcCompileProgram", &n.nvrtcCompileProgram, &missing);
+    Sym(lib, "nvrtcAddNameExpression", &n.nvrtcAddNameExpression, &missing);
+    Sym(lib, "nvrtcGetLoweredName", &n.nvrtcGetLoweredName, &missing);
+    Sym(lib, "nvrtcGetCUBINSize", &n.nvrtcGetCUBINSize, &missing);
+    Sym(lib, "nvrtcGetCUBIN", &n.nvrtcGetCUBIN, &missing);
+    Sym(lib, "nvrtcGetPTXSize", &n.nvrtcGetPTXSize, &missing);
+    Sym(lib, "nvrtcGetPTX", &n.nvrtcGetPTX, &missing);
+    Sym(lib, "nvrtcGetProgramLogSize", &n.nvrtcGetProgramLogSize, &missing);
+    Sym(lib, "nvrtcGetProgramLog", &n.nvrtcGetProgramLog, &missing);
+    Sym(lib, "nvrtcGetErrorString", &n.nvrtcGetErrorString, &missing);
+    n.path = c;
+    Dl_info info{};
+    if (n.nvrtcVersion && dladdr(reinterpret_cast<void*>(n.nvrtcVersion), &info) != 0 && info.dli_fname) {
+      n.path = info.dli_fname;
+    }
+    if (!missing.empty()) {
+      tried.push_back(absl::StrCat(n.path, " (lacks ", absl::StrJoin(missing, ", "), ")"));
+      continue;
+    }
+    if (!is_path) PreloadBuiltins(DirOf(n.path));
+    n.nvrtcVersion(&n.major, &n.minor);
+    int count = 0;
+    if (n.nvrtcGetNumSupportedArchs(&count) == 0 && count > 0) {
+      n.supported_archs.resize(count);
+      if (n.nvrtcGetSupportedArchs(n.supported_archs.data()) != 0) n.supported_archs.clear();
+      std::sort(n.supported_archs.begin(), n.supported_archs.end());
+    }
+    return n;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "bnb: NVRTC (libnvrtc.so.13 or libnvrtc.so.12) could not be opened; tried ", absl::StrJoin(tried, "; "),
+      ". Install the CUDA toolkit's NVRTC (e.g. `pip install nvidia-cuda-nvrtc` or the cuda-nvrtc package), "
+      "set CUDA_HOME to the toolkit, or set the cuda.nvrtc_path knob (env BNB_CUDA_NVRTC_PATH) to the library file. "
+      "CUDA kernels cannot be compiled without it; CPU ops keep working."));
+}
+
+}  // namespace
+
+absl::StatusOr<const CudaDriver*> GetCudaDriver() {
+  static const absl::StatusOr<CudaDriver>* const driver = new absl::StatusOr<CudaDriver>(OpenDriver());
+  if (!driver->ok()) return driver->status();
+  return &**driver;
+}
+
+absl::StatusOr<const Nvrtc*> GetNvrtc() {
+  static const absl::StatusOr<Nvrtc>* const nvrtc = new absl::StatusOr<Nvrtc>(OpenNvrtc());
+  if (!nvrtc->ok()) return nvrtc->status();
+  return &**nvrtc;
+}
+
+std::string CuErrorText(const CudaDriver& d, CUresult r) {
+  const char* s = nullptr;
+  if (d.cuGetErrorString == nullptr || d.cuGetErrorString(r, &s) != 0 || s == nullptr) s = "unknown CUDA error";
+  return absl::StrCat(s, " (", r, ")");
+}
+
+absl::Status CuCheck(const CudaDriver& d, CUresult r, const std::string& what) {
+  if (r == 0) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", CuErrorText(d, r)));
+}
+
+}  // namespace bnb::jit

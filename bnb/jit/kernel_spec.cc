@@ -1,0 +1,71 @@
+#include "bnb/jit/kernel_spec.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace bnb::jit {
+
+const char kBnbVersion[] = BNB_VERSION;  // set by bnb/jit/BUILD.bazel from //:version.bzl
+
+namespace {
+
+bool IsIdentifier(const std::string& s) {
+  if (s.empty() || absl::ascii_isdigit(static_cast<unsigned char>(s[0]))) return false;
+  for (char c : s) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string KernelSpec::NameExpression() const {
+  if (template_args.empty()) return entry;
+  std::vector<std::string> values;
+  for (const auto& [name, value] : template_args) values.push_back(value);
+  return absl::StrCat(entry, "<", absl::StrJoin(values, ", "), ">");
+}
+
+std::string KernelSpec::DebugString() const {
+  std::vector<std::string> args, ks;
+  for (const auto& [name, value] : template_args) args.push_back(absl::StrCat(name, "=", value));
+  for (const auto& [name, value] : knobs) ks.push_back(absl::StrCat(name, "=", value));
+  return absl::StrCat(template_name, ":", entry, "<", absl::StrJoin(args, ", "), "> ", arch, " knobs{",
+                      absl::StrJoin(ks, ", "), "}");
+}
+
+absl::StatusOr<int> ParseArch(const std::string& arch) {
+  int v = 0;
+  if (arch.size() < 4 || arch.compare(0, 3, "sm_") != 0 || !absl::SimpleAtoi(arch.substr(3), &v) || v <= 0 ||
+      !absl::ascii_isdigit(static_cast<unsigned char>(arch[3]))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kernel spec: arch must look like \"sm_90\" (sm_ + compute capability), got \"", arch, "\""));
+  }
+  return v;
+}
+
+absl::Status ValidateSpec(const KernelSpec& spec) {
+  const auto bad = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("kernel spec ", spec.DebugString(), ": ", what));
+  };
+  if (!IsIdentifier(spec.template_name)) return bad("template_name must be a file stem like \"blockwise8\"");
+  if (!IsIdentifier(spec.entry)) return bad("entry must be a C++ identifier");
+  if (absl::Status st = ParseArch(spec.arch).status(); !st.ok()) return st;
+  for (const auto& [name, value] : spec.template_args) {
+    if (!IsIdentifier(name)) return bad(absl::StrCat("template argument name \"", name, "\" is not an identifier"));
+    if (value.empty() || value.find('\0') != std::string::npos) {
+      return bad(absl::StrCat("template argument ", name, " has an empty or NUL-holding value"));
+    }
+  }
+  for (const auto& [name, value] : spec.knobs) {
+    if (!IsIdentifier(name)) return bad(absl::StrCat("knob name \"", name, "\" is not an identifier"));
+    if (value.find('\0') != std::string::npos || value.find(' ') != std::string::npos) {
+      return bad(absl::StrCat("knob ", name, " value must hold no spaces or NUL bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace bnb::jit

@@ -1,0 +1,253 @@
+// Blockwise 8-bit quantization on CUDA, equal bit for bit to bnb/core's CPU kernels (bnb/core/blockwise8.h):
+// each block of BLOCKSIZE consecutive elements is scaled by its absolute maximum, and each scaled value becomes
+// the code of its nearest codebook entry.
+//
+// Template arguments: T = float, bnb::half or bnb::bf16; BLOCKSIZE = power of two in [32, 4096]; THREADS = threads
+// per CTA (power of two in [32, 1024]). Each thread owns PER consecutive elements of one quant block (PER = the
+// larger of BLOCKSIZE / THREADS and one 16-byte vector), so G = BLOCKSIZE / PER threads share a block and a CTA
+// handles THREADS / G blocks per step ("tile"); CTAs stride over the tiles (launch about as many CTAs as fit on the
+// GPU at once). Loads and stores are 16-byte vectors, coalesced across the warp, all issued before use; buffers
+// that are not 16-byte aligned, and the partial last block, take a guarded scalar path.
+//
+// The codebook `code` (256 floats in device memory, finite) is read by every CTA into shared memory; quantize
+// also builds there what bnb::core::PrepareCodebook builds: sorted values (a stable sort, ties mapped to the
+// first code) and the 255 midpoints. Host-side launch helpers: bnb/jit/blockwise8.h.
+#pragma once
+
+#include "bnb_common.cuh"
+
+namespace bnb {
+namespace bw8 {
+
+template <class T, int BLOCKSIZE, int THREADS>
+struct Shape {
+  static constexpr int VEC = Elem<T>::VEC;
+  static constexpr int PER = (BLOCKSIZE / THREADS) > VEC ? (BLOCKSIZE / THREADS) : VEC;
+  static constexpr int G = BLOCKSIZE / PER;  // threads per quant block
+  static constexpr int QPT = THREADS / G;    // quant blocks per tile
+  static constexpr int NV = PER / VEC;       // 16-byte vectors per thread
+  static_assert(BLOCKSIZE >= 32 && BLOCKSIZE <= 4096 && (BLOCKSIZE & (BLOCKSIZE - 1)) == 0, "BLOCKSIZE");
+  static_assert(THREADS >= 32 && THREADS <= 1024 && (THREADS & (THREADS - 1)) == 0, "THREADS");
+  static_assert(G >= 1 && G <= THREADS && THREADS % G == 0 && PER % VEC == 0, "shape");
+};
+
+// Stores PER code bytes at p (aligned to min(PER, 16) bytes).
+template <int PER>
+__device__ __forceinline__ void store_codes(unsigned char* p, const unsigned char* c) {
+  unsigned int w[PER / 4];
+#pragma unroll
+  for (int i = 0; i < PER / 4; ++i) {
+    w[i] = (unsigned int)c[4 * i] | ((unsigned int)c[4 * i + 1] << 8) | ((unsigned int)c[4 * i + 2] << 16) |
+           ((unsigned int)c[4 * i + 3] << 24);
+  }
+  if constexpr (PER % 16 == 0) {
+#pragma unroll
+    for (int i = 0; i < PER / 16; ++i) {
+      Vec16 v;
+      v.w[0] = w[4 * i];
+      v.w[1] = w[4 * i + 1];
+      v.w[2] = w[4 * i + 2];
+      v.w[3] = w[4 * i + 3];
+      reinterpret_cast<Vec16*>(p)[i] = v;
+    }
+  } else if constexpr (PER == 8) {
+    reinterpret_cast<unsigned long long*>(p)[0] = (unsigned long long)w[0] | ((unsigned long long)w[1] << 32);
+  } else {
+    reinterpret_cast<unsigned int*>(p)[0] = w[0];
+  }
+}
+
+// Loads PER code bytes from p (aligned as above).
+template <int PER>
+__device__ __forceinline__ void load_codes(const unsigned char* p, unsigned char* c) {
+  unsigned int w[PER / 4];
+  if constexpr (PER % 16 == 0) {
+#pragma unroll
+    for (int i = 0; i < PER / 16; ++i) {
+      const Vec16 v = reinterpret_cast<const Vec16*>(p)[i];
+      w[4 * i] = v.w[0];
+      w[4 * i + 1] = v.w[1];
+      w[4 * i + 2] = v.w[2];
+      w[4 * i + 3] = v.w[3];
+    }
+  } else if constexpr (PER == 8) {
+    const unsigned long long v = reinterpret_cast<const unsigned long long*>(p)[0];
+    w[0] = (unsigned int)v;
+    w[1] = (unsigned int)(v >> 32);
+  } else {
+    w[0] = reinterpret_cast<const unsigned int*>(p)[0];
+  }
+#pragma unroll
+  for (int i = 0; i < PER; ++i) c[i] = (unsigned char)(w[i / 4] >> (8 * (i % 4)));
+}
+
+__device__ __forceinline__ bool aligned(const void* p, unsigned long long a) {
+  return ((unsigned long long)p & (a - 1)) == 0;
+}
+
+// bnb::core::ScaleToUnit: absmax 0 -> 0; +-inf -> +-1; else x / absmax, correctly rounded.
+__device__ __forceinline__ float scale_to_unit(float x, float amax) {
+  if (amax == 0.0f) return 0.0f;
+  const unsigned int b = __float_as_uint(x);
+  if (is_inf_bits(b)) return (b >> 31) ? -1.0f : 1.0f;
+  return __fdiv_rn(x, amax);
+}
+
+// code[q] * absmax as the x86 host computes it, NaN bits included: a NaN absmax comes back quieted, and an invalid
+// product (0 * inf) is the host's default NaN 0xFFC00000.
+__device__ __forceinline__ float mul_like_host(float c, float a) {
+  float p = __fmul_rn(c, a);
+  if (is_nan_bits(__float_as_uint(p))) {
+    const unsigned int ab = __float_as_uint(a);
+    p = __uint_as_float(is_nan_bits(ab) ? (ab | 0x00400000u) : 0xFFC00000u);
+  }
+  return p;
+}
+
+}  // namespace bw8
+}  // namespace bnb
+
+// codes[i] = code nearest x[i] / absmax[block of i]; absmax[b] = max |x| over block b (NaN if the block holds NaN).
+template <class T, int BLOCKSIZE, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+    quantize_blockwise8(const T* __restrict__ x, const float* __restrict__ code, unsigned char* __restrict__ codes,
+                        float* __restrict__ absmax, long long n) {
+  using namespace bnb;
+  using S = bw8::Shape<T, BLOCKSIZE, THREADS>;
+  constexpr int PER = S::PER, G = S::G, QPT = S::QPT, NV = S::NV, VEC = S::VEC;
+
+  __shared__ float s_val[256];
+  __shared__ float s_sorted[256];
+  __shared__ float s_mid[256];
+  __shared__ unsigned char s_s2c[256];
+  __shared__ unsigned int s_red[THREADS / 32];
+
+  // The codebook prepared as bnb::core::PrepareCodebook does: the stable rank of each value, each sorted position
+  // mapped to the first code holding that value, and midpoints (s[i] + s[i+1]) * 0.5f.
+  for (int i = threadIdx.x; i < 256; i += THREADS) s_val[i] = code[i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < 256; i += THREADS) {
+    const float v = s_val[i];
+    int rank = 0, first = i;
+#pragma unroll 4
+    for (int j = 0; j < 256; ++j) {
+      const float w = s_val[j];
+      rank += (w < v || (w == v && j < i)) ? 1 : 0;
+      if (w == v && j < first) first = j;
+    }
+    s_sorted[rank] = v;
+    s_s2c[rank] = (unsigned char)first;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 255; i += THREADS) s_mid[i] = __fmul_rn(__fadd_rn(s_sorted[i], s_sorted[i + 1]), 0.5f);
+  __syncthreads();
+  const float m127 = s_mid[127], m63 = s_mid[63], m191 = s_mid[191];
+  const float m31 = s_mid[31], m95 = s_mid[95], m159 = s_mid[159], m223 = s_mid[223];
+
+  const long long nblocks = (n + BLOCKSIZE - 1) / BLOCKSIZE;
+  const long long ntiles = (nblocks + QPT - 1) / QPT;
+  const int group = threadIdx.x / G;
+  const int gl = threadIdx.x % G;
+  const bool vec_ok = bw8::aligned(x, 16) && bw8::aligned(codes, PER >= 16 ? 16 : PER);
+
+  for (long long tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    const long long qb = tile * QPT + group;
+    const long long start = qb * BLOCKSIZE + (long long)gl * PER;
+    const bool active = qb < nblocks && start < n;
+    const bool full = vec_ok && start + PER <= n;
+    // max |x| as bits: for non-negative floats integer order is float order, and any NaN is above +inf.
+    unsigned int mb = 0;
+    float v[PER];
+    if (active && full) {
+      Vec16 raw[NV];
+#pragma unroll
+      for (int k = 0; k < NV; ++k) raw[k] = reinterpret_cast<const Vec16*>(x + start)[k];
+#pragma unroll
+      for (int k = 0; k < NV; ++k) Elem<T>::unpack(raw[k], v + k * VEC);
+#pragma unroll
+      for (int k = 0; k < PER; ++k) mb = max(mb, __float_as_uint(v[k]) & 0x7FFFFFFFu);
+    } else if (active) {
+      // Misaligned buffers and the partial last block: a compact element loop (it is read again below).
+#pragma unroll 1
+      for (int k = 0; k < PER && start + k < n; ++k) {
+        mb = max(mb, __float_as_uint(Elem<T>::load(x + start + k)) & 0x7FFFFFFFu);
+      }
+    }
+    if constexpr (G <= 32) {
+#pragma unroll
+      for (int off = G / 2; off > 0; off >>= 1) mb = max(mb, __shfl_xor_sync(0xFFFFFFFFu, mb, off));
+    } else {
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) mb = max(mb, __shfl_xor_sync(0xFFFFFFFFu, mb, off));
+      if ((threadIdx.x & 31) == 0) s_red[threadIdx.x / 32] = mb;
+      __syncthreads();
+      constexpr int WPG = G / 32;  // warps per quant block
+#pragma unroll
+      for (int w = 0; w < WPG; ++w) mb = max(mb, s_red[group * WPG + w]);
+      __syncthreads();
+    }
+    const float amax = __uint_as_float(mb > 0x7F800000u ? 0x7FC00000u : mb);
+    if (!active) continue;
+    if (gl == 0) absmax[qb] = amax;
+    // bnb::core::NearestCode; the first three levels of the binary search come from registers.
+    const auto nearest = [&](float x) -> unsigned char {
+      const float s = bw8::scale_to_unit(x, amax);
+      int pos = s > m127 ? 128 : 0;
+      pos += s > (pos ? m191 : m63) ? 64 : 0;
+      pos += s > ((pos & 128) ? ((pos & 64) ? m223 : m159) : ((pos & 64) ? m95 : m31)) ? 32 : 0;
+#pragma unroll
+      for (int step = 16; step > 0; step >>= 1) pos += s > s_mid[pos + step - 1] ? step : 0;
+      return s_s2c[pos];
+    };
+    if (full) {
+      unsigned char c[PER];
+#pragma unroll
+      for (int k = 0; k < PER; ++k) c[k] = nearest(v[k]);
+      bw8::store_codes<PER>(codes + start, c);
+    } else {
+#pragma unroll 1
+      for (int k = 0; k < PER && start + k < n; ++k) codes[start + k] = nearest(Elem<T>::load(x + start + k));
+    }
+  }
+}
+
+// out[i] = code[codes[i]] * absmax[block of i], computed in float, rounded to T (nearest even).
+template <class T, int BLOCKSIZE, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+    dequantize_blockwise8(const unsigned char* __restrict__ codes, const float* __restrict__ code,
+                          const float* __restrict__ absmax, T* __restrict__ out, long long n) {
+  using namespace bnb;
+  using S = bw8::Shape<T, BLOCKSIZE, THREADS>;
+  constexpr int PER = S::PER, G = S::G, QPT = S::QPT, NV = S::NV, VEC = S::VEC;
+
+  __shared__ float s_val[256];
+  for (int i = threadIdx.x; i < 256; i += THREADS) s_val[i] = code[i];
+  __syncthreads();
+
+  const long long nblocks = (n + BLOCKSIZE - 1) / BLOCKSIZE;
+  const long long ntiles = (nblocks + QPT - 1) / QPT;
+  const int group = threadIdx.x / G;
+  const int gl = threadIdx.x % G;
+  const bool vec_ok = bw8::aligned(out, 16) && bw8::aligned(codes, PER >= 16 ? 16 : PER);
+
+  for (long long tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    const long long qb = tile * QPT + group;
+    const long long start = qb * BLOCKSIZE + (long long)gl * PER;
+    if (qb >= nblocks || start >= n) continue;
+    const float a = absmax[qb];
+    float v[PER];
+    if (vec_ok && start + PER <= n) {
+      unsigned char c[PER];
+      bw8::load_codes<PER>(codes + start, c);
+#pragma unroll
+      for (int k = 0; k < PER; ++k) v[k] = bw8::mul_like_host(s_val[c[k]], a);
+#pragma unroll
+      for (int k = 0; k < NV; ++k) reinterpret_cast<Vec16*>(out + start)[k] = Elem<T>::pack(v + k * VEC);
+    } else {
+#pragma unroll 1
+      for (int k = 0; k < PER && start + k < n; ++k) {
+        Elem<T>::store(out + start + k, bw8::mul_like_host(s_val[codes[start + k]], a));
+      }
+    }
+  }
+}

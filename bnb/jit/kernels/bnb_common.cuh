@@ -1,0 +1,113 @@
+// Shared device code for bnb's kernel templates: element types, exact conversions to and from float that equal
+// bnb/core/dtype.h bit for bit, 16-byte vectors. Compiled by NVRTC with no CUDA headers (none are needed).
+#pragma once
+
+namespace bnb {
+
+// Storage types: the kernels read and write raw bits and convert with the functions below, so the results do not
+// depend on which cuda_fp16.h / cuda_bf16.h (if any) NVRTC provides.
+struct half {
+  unsigned short bits;
+};
+struct bf16 {
+  unsigned short bits;
+};
+
+// 16 bytes, loaded and stored with one 128-bit instruction when aligned.
+struct __align__(16) Vec16 {
+  unsigned int w[4];
+};
+
+__device__ __forceinline__ bool is_nan_bits(unsigned int b) { return (b & 0x7FFFFFFFu) > 0x7F800000u; }
+__device__ __forceinline__ bool is_inf_bits(unsigned int b) { return (b & 0x7FFFFFFFu) == 0x7F800000u; }
+
+// bf16 widening is exact: the top half of a float.
+__device__ __forceinline__ float bf16_to_float(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }
+// Round to nearest, ties to even; NaN -> 0x7FC0 (as bnb::core::FloatToBF16 and torch's c10::BFloat16).
+__device__ __forceinline__ unsigned short float_to_bf16(float f) {
+  const unsigned int b = __float_as_uint(f);
+  if (is_nan_bits(b)) return 0x7FC0;
+  return (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+}
+
+// IEEE binary16 widening (exact, subnormals included) by the hardware conversion.
+__device__ __forceinline__ float half_to_float(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+// Round to nearest even (overflow to inf, subnormals kept), NaN -> sign | 0x7E00 (as bnb::core::FloatToHalf).
+__device__ __forceinline__ unsigned short float_to_half(float f) {
+  const unsigned int b = __float_as_uint(f);
+  if (is_nan_bits(b)) return (unsigned short)(((b >> 16) & 0x8000u) | 0x7E00u);
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+
+// Per-type loads and stores: VEC elements per 16-byte vector.
+template <class T>
+struct Elem;
+
+template <>
+struct Elem<float> {
+  static constexpr int VEC = 4;
+  __device__ __forceinline__ static float load(const float* p) { return *p; }
+  __device__ __forceinline__ static void store(float* p, float v) { *p = v; }
+  __device__ __forceinline__ static void unpack(const Vec16& v, float* out) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[i] = __uint_as_float(v.w[i]);
+  }
+  __device__ __forceinline__ static Vec16 pack(const float* in) {
+    Vec16 v;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v.w[i] = __float_as_uint(in[i]);
+    return v;
+  }
+};
+
+template <>
+struct Elem<half> {
+  static constexpr int VEC = 8;
+  __device__ __forceinline__ static float load(const half* p) { return half_to_float(p->bits); }
+  __device__ __forceinline__ static void store(half* p, float v) { p->bits = float_to_half(v); }
+  __device__ __forceinline__ static void unpack(const Vec16& v, float* out) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = half_to_float((unsigned short)(v.w[i] & 0xFFFFu));
+      out[2 * i + 1] = half_to_float((unsigned short)(v.w[i] >> 16));
+    }
+  }
+  __device__ __forceinline__ static Vec16 pack(const float* in) {
+    Vec16 v;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v.w[i] = (unsigned int)float_to_half(in[2 * i]) | ((unsigned int)float_to_half(in[2 * i + 1]) << 16);
+    }
+    return v;
+  }
+};
+
+template <>
+struct Elem<bf16> {
+  static constexpr int VEC = 8;
+  __device__ __forceinline__ static float load(const bf16* p) { return bf16_to_float(p->bits); }
+  __device__ __forceinline__ static void store(bf16* p, float v) { p->bits = float_to_bf16(v); }
+  __device__ __forceinline__ static void unpack(const Vec16& v, float* out) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = __uint_as_float(v.w[i] << 16);
+      out[2 * i + 1] = __uint_as_float(v.w[i] & 0xFFFF0000u);
+    }
+  }
+  __device__ __forceinline__ static Vec16 pack(const float* in) {
+    Vec16 v;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v.w[i] = (unsigned int)float_to_bf16(in[2 * i]) | ((unsigned int)float_to_bf16(in[2 * i + 1]) << 16);
+    }
+    return v;
+  }
+};
+
+}  // namespace bnb

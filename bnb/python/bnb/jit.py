@@ -1,0 +1,63 @@
+"""The CUDA kernel cache: statistics, and the disk cache behind `python -m bnb cache list | clear | warm`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from . import _C
+
+
+def stats() -> dict[str, Any]:
+    """This process's kernel cache counters: memory_hits, disk_hits, compiles, compile_failures, compile_ms,
+    disk_load_ms."""
+    return _C.jit_stats()
+
+
+def reset_stats() -> None:
+    _C.jit_reset_stats()
+
+
+def cache_dir() -> str:
+    """The disk cache directory in use ("" when the disk cache is off or unusable)."""
+    return _C.cache_dir()
+
+
+def cache_list() -> list[tuple[str, int, int]]:
+    """(file name, bytes, mtime) of every cached kernel."""
+    return _C.cache_list()
+
+
+def cache_clear() -> int:
+    """Removes every cached kernel; returns how many files went."""
+    return _C.cache_clear()
+
+
+def cache_warm(arch: str, progress: bool = True) -> int:
+    """Compiles every kernel bnb has for `arch` ("sm_90") into the disk cache, with no GPU needed (NVRTC only),
+    so that a later process, or a machine the cache directory is shipped to, compiles nothing."""
+    def report(done: int, total: int, name: str) -> None:
+        width = 30
+        filled = width * done // total
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name[:60]:<60}")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return _C.cache_warm(arch, report if progress else None)
+
+
+def _locate_nvrtc() -> None:
+    """Points cuda.nvrtc_path at the nvidia-cuda-nvrtc wheel's library when that wheel is installed (torch's CUDA
+    builds depend on it) and nothing else was chosen. A file-system look-up only: no library is opened."""
+    if os.environ.get("BNB_CUDA_NVRTC_PATH"):
+        return
+    import importlib.util
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for cu, so in (("cu13", "libnvrtc.so.13"), ("cuda_nvrtc", "libnvrtc.so.12"), ("cu12", "libnvrtc.so.12")):
+            path = os.path.join(root, cu, "lib", so)
+            if os.path.exists(path):
+                os.environ["BNB_CUDA_NVRTC_PATH"] = path
+                return
