@@ -9,4 +9,20 @@ TORCH_LIBRARY(bnb, m) {
   m.def(
       "dequantize_blockwise.out(Tensor A, Tensor absmax, Tensor code, int blocksize, ScalarType dtype, Tensor! out) "
       "-> ()");
+
+  // 4-bit NF4 / FP4: two codes per byte (high nibble first), stored as any dtype (quant_storage).
+  m.def("quantize_4bit(Tensor A, int blocksize, str quant_type, ScalarType quant_storage) -> (Tensor, Tensor)");
+  m.def(
+      "dequantize_4bit(Tensor A, Tensor absmax, int blocksize, str quant_type, int[] shape, ScalarType dtype) "
+      "-> Tensor");
+  m.def(
+      "dequantize_4bit.out(Tensor A, Tensor absmax, int blocksize, str quant_type, int[] shape, ScalarType dtype, "
+      "Tensor! out) -> ()");
+  m.def("gemv_4bit(Tensor A, Tensor B, int[] shapeB, Tensor absmax, Tensor code, int blocksize) -> Tensor");
+  m.def(
+      "gemv_4bit.out(Tensor A, Tensor B, int[] shapeB, Tensor absmax, Tensor code, int blocksize, Tensor! out) "
+      "-> ()");
+  m.def(
+      "gemm_4bit(Tensor A, Tensor B, int[] shapeB, Tensor absmax, int blocksize, str quant_type, Tensor? bias=None, "
+      "Tensor? absmax_8bit=None, Tensor? absmax_code=None, Tensor? absmax_offset=None) -> Tensor");
 }

@@ -8,7 +8,8 @@ import torch  # noqa: F401  (bnb._C links libtorch: torch must be loaded first)
 
 from . import _C  # registers the operators' schemas and C++ kernels
 from . import reference as _reference
-from . import config, functional, jit
+from . import config, functional, jit, nn
+from .autograd import matmul_4bit
 from .functional import QuantState
 
 from ._version import __version__  # generated from version.bzl
@@ -16,4 +17,4 @@ from ._version import __version__  # generated from version.bzl
 _reference.register()
 jit._locate_nvrtc()
 
-__all__ = ["config", "functional", "jit", "QuantState", "__version__"]
+__all__ = ["config", "functional", "jit", "matmul_4bit", "nn", "QuantState", "__version__"]

@@ -9,7 +9,14 @@ import torch
 from . import _C
 from .quant_state import QuantState
 
-__all__ = ["QuantState", "create_dynamic_map", "quantize_blockwise", "dequantize_blockwise"]
+__all__ = [
+    "QuantState", "create_dynamic_map", "quantize_blockwise", "dequantize_blockwise", "get_4bit_type",
+    "quantize_4bit", "dequantize_4bit", "quantize_nf4", "quantize_fp4", "dequantize_nf4", "dequantize_fp4",
+    "gemv_4bit",
+]
+
+_BLOCKSIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 # Codebooks by name, created on first use ("dynamic": the signed dynamic map).
 name2qmap: dict[str, torch.Tensor] = {}
@@ -78,3 +85,111 @@ def dequantize_blockwise(
         torch.ops.bnb.dequantize_blockwise.out(A, absmax, code, quant_state.blocksize, quant_state.dtype, out=out)
         return out
     return torch.ops.bnb.dequantize_blockwise(A, absmax, code, quant_state.blocksize, quant_state.dtype)
+
+
+def get_4bit_type(typename: str, device=None, blocksize: int = 64) -> torch.Tensor:
+    """The 16 code values of "nf4" or "fp4" (bitsandbytes', FP4 normalized to [-1, 1]) as float32."""
+    from .reference.blockwise4 import code4
+    if typename not in ("nf4", "fp4"):
+        raise NotImplementedError(f"Typename {typename} not supported (bnb has nf4 and fp4)")
+    return code4(typename, device)
+
+
+def _check_4bit(blocksize: int, quant_type: str, dtype: torch.dtype, what: str) -> None:
+    if blocksize not in _BLOCKSIZES:
+        raise ValueError(f"invalid blocksize {blocksize}: expected one of {_BLOCKSIZES}")
+    if quant_type not in ("nf4", "fp4"):
+        raise ValueError(f"quant_type must be 'nf4' or 'fp4', got {quant_type!r}")
+    if dtype not in _FLOATS:
+        raise ValueError(f"{what} supports float32, float16 and bfloat16, got {dtype}")
+
+
+def quantize_4bit(
+    A: torch.Tensor,
+    absmax: Optional[torch.Tensor] = None,
+    out: Optional[torch.Tensor] = None,
+    blocksize: Optional[int] = None,
+    compress_statistics: bool = False,
+    quant_type: str = "fp4",
+    quant_storage: torch.dtype = torch.uint8,
+) -> tuple[torch.Tensor, QuantState]:
+    """Quantizes A to 4-bit NF4/FP4 codes in blocks of `blocksize` (default 64), packed two per byte in a
+    (n+1)//(2*itemsize) x 1 tensor of `quant_storage`. compress_statistics quantizes the absmax values to 8 bits
+    (blocksize 256, minus their mean). Returns (packed, QuantState)."""
+    blocksize = 64 if blocksize is None else blocksize
+    _check_4bit(blocksize, quant_type, A.dtype, "4-bit quantization")
+    packed, _absmax = torch.ops.bnb.quantize_4bit(A, blocksize, quant_type, quant_storage)
+    code = get_4bit_type(quant_type, device=A.device)
+    if compress_statistics:
+        offset = _absmax.mean()
+        qabsmax, state2 = quantize_blockwise(_absmax - offset, blocksize=256)
+        state = QuantState(absmax=qabsmax, shape=A.shape, dtype=A.dtype, blocksize=blocksize, code=code,
+                           quant_type=quant_type, offset=offset, state2=state2)
+    else:
+        state = QuantState(absmax=_absmax, shape=A.shape, dtype=A.dtype, blocksize=blocksize, code=code,
+                           quant_type=quant_type)
+    if out is not None:
+        packed = out.copy_(packed)
+    if absmax is not None:
+        state.absmax = absmax.copy_(state.absmax)
+    return packed, state
+
+
+def _absmax_of(state: QuantState) -> torch.Tensor:
+    """The float32 absmax per block, undoing nested quantization."""
+    if not state.nested:
+        return state.absmax
+    return (dequantize_blockwise(state.absmax, state.state2) + state.offset).float()
+
+
+def dequantize_4bit(
+    A: torch.Tensor,
+    quant_state: Optional[QuantState] = None,
+    absmax: Optional[torch.Tensor] = None,
+    out: Optional[torch.Tensor] = None,
+    blocksize: Optional[int] = None,
+    quant_type: str = "fp4",
+) -> torch.Tensor:
+    """Undoes quantize_4bit. Without a quant_state, takes absmax and out (whose shape and dtype are the
+    result's)."""
+    if quant_state is None:
+        if absmax is None or out is None:
+            raise ValueError("dequantize_4bit requires both absmax and out when quant_state is not provided")
+        quant_state = QuantState(absmax=absmax, shape=out.shape, dtype=out.dtype,
+                                 blocksize=64 if blocksize is None else blocksize, quant_type=quant_type)
+    _check_4bit(quant_state.blocksize, quant_state.quant_type, quant_state.dtype, "4-bit dequantization")
+    absmax = _absmax_of(quant_state)
+    args = (A, absmax, quant_state.blocksize, quant_state.quant_type, list(quant_state.shape), quant_state.dtype)
+    if out is not None:
+        torch.ops.bnb.dequantize_4bit.out(*args, out=out)
+        return out
+    return torch.ops.bnb.dequantize_4bit(*args)
+
+
+def quantize_fp4(A, absmax=None, out=None, blocksize=None, compress_statistics=False, quant_storage=torch.uint8):
+    return quantize_4bit(A, absmax, out, blocksize, compress_statistics, "fp4", quant_storage)
+
+
+def quantize_nf4(A, absmax=None, out=None, blocksize=None, compress_statistics=False, quant_storage=torch.uint8):
+    return quantize_4bit(A, absmax, out, blocksize, compress_statistics, "nf4", quant_storage)
+
+
+def dequantize_fp4(A, quant_state=None, absmax=None, out=None, blocksize=None):
+    return dequantize_4bit(A, quant_state, absmax, out, blocksize, "fp4")
+
+
+def dequantize_nf4(A, quant_state=None, absmax=None, out=None, blocksize=None):
+    return dequantize_4bit(A, quant_state, absmax, out, blocksize, "nf4")
+
+
+def gemv_4bit(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None, transposed_A: bool = False,
+              transposed_B: bool = False, state: Optional[QuantState] = None) -> torch.Tensor:
+    """A (one row, leading dimensions of 1) times the 4-bit weight B (quant state `state`) transposed:
+    F.linear(A, dequantize_4bit(B, state)) without materializing the weight."""
+    if state is None:
+        raise ValueError("state cannot be None. gemv_4bit() requires the state from quantize_4bit()")
+    args = (A, B, list(state.shape), _absmax_of(state), state.code, state.blocksize)
+    if out is not None:
+        torch.ops.bnb.gemv_4bit.out(*args, out=out)
+        return out
+    return torch.ops.bnb.gemv_4bit(*args)

@@ -3,12 +3,18 @@ C++ one (registered as CompositeExplicitAutograd, so any backend's own kernel wi
 
 import torch
 
-from . import blockwise8
+from . import blockwise4, blockwise8
 
 _KERNELS = {
     "quantize_blockwise": blockwise8.quantize_blockwise,
     "dequantize_blockwise": blockwise8.dequantize_blockwise,
     "dequantize_blockwise.out": blockwise8.dequantize_blockwise_out,
+    "quantize_4bit": blockwise4.quantize_4bit,
+    "dequantize_4bit": blockwise4.dequantize_4bit,
+    "dequantize_4bit.out": blockwise4.dequantize_4bit_out,
+    "gemv_4bit": blockwise4.gemv_4bit,
+    "gemv_4bit.out": blockwise4.gemv_4bit_out,
+    "gemm_4bit": blockwise4.gemm_4bit,
 }
 
 _lib = None

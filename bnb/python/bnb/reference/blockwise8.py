@@ -26,7 +26,7 @@ def _check_code(op: str, code: torch.Tensor) -> None:
 
 
 def nearest_code(v: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
-    """uint8 codes of the scaled float32 values v (any shape) in the 256-entry codebook `code`."""
+    """uint8 codes of the scaled float32 values v (any shape) in the codebook `code` (256 or 16 entries)."""
     values, order = torch.sort(code.float(), stable=True)
     first_of_run = torch.searchsorted(values, values)  # equal values share the first position of their run
     lowest_code = order[first_of_run]
@@ -36,11 +36,8 @@ def nearest_code(v: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
     return lowest_code[pos].to(torch.uint8)
 
 
-def quantize_blockwise(A: torch.Tensor, code: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, torch.Tensor]:
-    _check(A.dtype in _FLOATS, f"bnb::quantize_blockwise: A must be float32, float16 or bfloat16, got {A.dtype}")
-    _check_blocksize("quantize_blockwise", blocksize)
-    _check(A.numel() > 0, f"bnb::quantize_blockwise: A is empty (shape {list(A.shape)})")
-    _check_code("quantize_blockwise", code)
+def scale_blocks(A: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(v, absmax): the flat float32 values scaled by their block's absmax, and the absmax per block."""
     n = A.numel()
     blocks = -(-n // blocksize)
     x = torch.nn.functional.pad(A.reshape(-1).float(), (0, blocks * blocksize - n)).view(blocks, blocksize)
@@ -48,8 +45,16 @@ def quantize_blockwise(A: torch.Tensor, code: torch.Tensor, blocksize: int) -> t
     scale = absmax[:, None]
     v = torch.where(scale == 0, 0.0, x / scale)
     v = torch.where(torch.isinf(x), torch.sign(x), v)
-    codes = nearest_code(v.reshape(-1)[:n], code.to(A.device)).view(A.shape)
-    return codes, absmax
+    return v.reshape(-1)[:n], absmax
+
+
+def quantize_blockwise(A: torch.Tensor, code: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, torch.Tensor]:
+    _check(A.dtype in _FLOATS, f"bnb::quantize_blockwise: A must be float32, float16 or bfloat16, got {A.dtype}")
+    _check_blocksize("quantize_blockwise", blocksize)
+    _check(A.numel() > 0, f"bnb::quantize_blockwise: A is empty (shape {list(A.shape)})")
+    _check_code("quantize_blockwise", code)
+    v, absmax = scale_blocks(A, blocksize)
+    return nearest_code(v, code.to(A.device)).view(A.shape), absmax
 
 
 def dequantize_blockwise(A: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor, blocksize: int,

@@ -1,0 +1,334 @@
+// Vectorized blockwise 4-bit kernels, compiled once per instruction set by Highway and picked at run time.
+// Every per-element rule (absmax, scaling, nearest code, packing, rounding) is the scalar one of blockwise4.h;
+// blocks whose absmax is 0, inf or NaN, and vector tails, take the scalar code path directly.
+//
+// No gathers (slow on many x86 cores): the 15 midpoints and the 16 code values live in registers and are looked up
+// per lane with in-register permutes (Highway's TableLookupLanes / TableLookupBytes).
+#include <algorithm>
+#include <cmath>
+
+#include "bnb/core/blockwise4.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "bnb/core/blockwise4_hwy.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace bnb::core {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_TARGET == HWY_SCALAR
+
+// One lane: the vector formulation buys nothing, so this target runs the definition itself.
+void Quantize4(DType dtype, const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packed, float* absmax) {
+  QuantizeBlockwise4Scalar(dtype, x, q, r, packed, absmax);
+}
+void Dequantize4(DType dtype, const uint8_t* packed, const float* absmax, const float* code16,
+                const Blockwise4Range& r, void* out) {
+  DequantizeBlockwise4Scalar(dtype, packed, absmax, code16, r, out);
+}
+
+#else
+
+// File-local: other kernels' files define helpers of the same names in the same per-target namespaces.
+namespace {
+
+using DF = hn::ScalableTag<float>;
+using DI = hn::RebindToSigned<DF>;
+using DU32 = hn::RebindToUnsigned<DF>;
+using DU16 = hn::Rebind<uint16_t, DF>;
+using DU8 = hn::Rebind<uint8_t, DF>;
+using VF = hn::Vec<DF>;
+using VI = hn::Vec<DI>;
+// Whole byte vectors for packing: pairs of codes are combined as 16-bit lanes, then narrowed to one byte each.
+using D8 = hn::ScalableTag<uint8_t>;
+using D16 = hn::RepartitionToWide<D8>;
+using DI16 = hn::RebindToSigned<D16>;
+using DPacked = hn::Rebind<uint8_t, D16>;
+
+constexpr size_t kN = hn::MaxLanes(DF());
+
+// x86 targets from AVX2 up have F16C, whose conversions round exactly as FloatToHalf does; elsewhere Highway
+// 1.0's emulated narrowing is not round-to-nearest-even, so those targets narrow with the scalar routine.
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3_ZEN4
+constexpr bool kNativeHalf = true;
+#else
+constexpr bool kNativeHalf = false;
+#endif
+
+// kN elements of `kT` at base[i], widened exactly to float.
+template <DType kT>
+HWY_INLINE VF LoadF32(const void* base, int64_t i) {
+  const DF df;
+  if constexpr (kT == DType::kFloat32) {
+    return hn::LoadU(df, static_cast<const float*>(base) + i);
+  } else if constexpr (kT == DType::kBFloat16) {
+    const auto bits = hn::PromoteTo(DU32(), hn::LoadU(DU16(), static_cast<const uint16_t*>(base) + i));
+    return hn::BitCast(df, hn::ShiftLeft<16>(bits));
+  } else if constexpr (kNativeHalf) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, static_cast<const hwy::float16_t*>(base) + i));
+  } else {
+    // Integer widening (Highway 1.0's emulated PromoteTo mishandles some inputs). Exponent and mantissa fit in
+    // 15 bits, so signed compares (which every target has) order them.
+    const DU32 du32;
+    const DI di;
+    const auto h = hn::PromoteTo(du32, hn::LoadU(DU16(), static_cast<const uint16_t*>(base) + i));
+    const auto em = hn::And(h, hn::Set(du32, 0x7FFF));
+    const auto sign = hn::ShiftLeft<16>(hn::Xor(h, em));
+    const auto normal = hn::Add(hn::ShiftLeft<13>(em), hn::Set(du32, 112u << 23));  // rebias 15 -> 127
+    const auto inf_nan = hn::Or(hn::ShiftLeft<13>(em), hn::Set(du32, 0x7F800000u));
+    const VF subnormal = hn::Mul(hn::ConvertTo(df, hn::BitCast(di, em)), hn::Set(df, 1.0f / 16777216.0f));
+    const auto emi = hn::BitCast(di, em);
+    auto bits = hn::IfThenElse(hn::RebindMask(du32, hn::Gt(emi, hn::Set(di, 0x7BFF))), inf_nan, normal);
+    bits = hn::IfThenElse(hn::RebindMask(du32, hn::Lt(emi, hn::Set(di, 0x400))), hn::BitCast(du32, subnormal), bits);
+    return hn::BitCast(df, hn::Or(bits, sign));
+  }
+}
+
+// Stores kN floats to base[i] as `kT`, rounding to nearest even exactly as StoreFromFloat does.
+template <DType kT>
+HWY_INLINE void StoreF32(VF v, void* base, int64_t i) {
+  const DF df;
+  if constexpr (kT == DType::kFloat32) {
+    hn::StoreU(v, df, static_cast<float*>(base) + i);
+  } else if constexpr (kT == DType::kBFloat16) {
+    const DU32 du32;
+    const auto bits = hn::BitCast(du32, v);
+    const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du32, 1));
+    auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du32, 0x7FFF), lsb)));
+    rounded = hn::IfThenElse(hn::RebindMask(du32, hn::IsNaN(v)), hn::Set(du32, 0x7FC0), rounded);
+    // Lanes hold 16-bit values: the signed narrowing (all targets have it) keeps them.
+    hn::StoreU(hn::DemoteTo(DU16(), hn::BitCast(DI(), rounded)), DU16(), static_cast<uint16_t*>(base) + i);
+  } else if constexpr (kNativeHalf) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    hn::StoreU(hn::DemoteTo(dh, v), dh, static_cast<hwy::float16_t*>(base) + i);
+  } else {
+    HWY_ALIGN float tmp[kN];
+    hn::Store(v, df, tmp);
+    for (size_t k = 0; k < kN; ++k) StoreFromFloat(DType::kFloat16, base, i + static_cast<int64_t>(k), tmp[k]);
+  }
+}
+
+// A table of kEntries floats (a power of two, at most 16) held in registers and looked up per lane.
+template <size_t kEntries>
+struct RegTable {
+  static constexpr size_t kRegs = kEntries > kN ? kEntries / kN : 1;
+  VF reg[kRegs];
+
+  static RegTable FromArray(const float* entries) {
+    HWY_ALIGN float buf[kRegs * kN] = {};
+    std::copy(entries, entries + kEntries, buf);
+    RegTable t;
+    for (size_t k = 0; k < kRegs; ++k) t.reg[k] = hn::Load(DF(), buf + k * kN);
+    return t;
+  }
+
+  // Entry idx of each lane; idx in [0, kEntries).
+  HWY_INLINE VF Lookup(VI idx) const {
+    const DF df;
+    const DI di;
+    if constexpr (kRegs == 1) {
+      return hn::TableLookupLanes(reg[0], hn::IndicesFromVec(df, idx));
+    } else {
+      const auto lane = hn::IndicesFromVec(df, hn::And(idx, hn::Set(di, static_cast<int32_t>(kN - 1))));
+      VF v = hn::TableLookupLanes(reg[0], lane);
+      for (size_t k = 1; k < kRegs; ++k) {
+        const auto in_k = hn::RebindMask(df, hn::Gt(idx, hn::Set(di, static_cast<int32_t>(k * kN - 1))));
+        v = hn::IfThenElse(in_k, hn::TableLookupLanes(reg[k], lane), v);
+      }
+      return v;
+    }
+  }
+};
+
+// The scalar binary search of SortedPosition4, one lane per value: step 8 compares with midpoint 7, step 4 with
+// midpoint 3 or 11, step 2 with midpoint pos + 1 (pos a multiple of 4), step 1 with midpoint pos (pos even).
+struct Search4 {
+  VF m7, m3, m11;
+  RegTable<4> step2;  // midpoints 1, 5, 9, 13
+  RegTable<8> step1;  // midpoints 0, 2, ..., 14
+
+  explicit Search4(const Codebook4& cb) {
+    const DF df;
+    m7 = hn::Set(df, cb.midpoints[7]);
+    m3 = hn::Set(df, cb.midpoints[3]);
+    m11 = hn::Set(df, cb.midpoints[11]);
+    float s2[4], s1[8];
+    for (int k = 0; k < 4; ++k) s2[k] = cb.midpoints[4 * k + 1];
+    for (int k = 0; k < 8; ++k) s1[k] = cb.midpoints[2 * k];
+    step2 = RegTable<4>::FromArray(s2);
+    step1 = RegTable<8>::FromArray(s1);
+  }
+
+  // Number of midpoints strictly below each lane (NaN: 0, as every comparison is false).
+  HWY_INLINE VI Position(VF v) const {
+    const DF df;
+    const DI di;
+    const auto bit = [&](hn::Mask<DF> gt, int32_t value) {
+      return hn::And(hn::BitCast(di, hn::VecFromMask(df, gt)), hn::Set(di, value));
+    };
+    auto gt = hn::Gt(v, m7);
+    VI pos = bit(gt, 8);
+    gt = hn::Gt(v, hn::IfThenElse(gt, m11, m3));
+    pos = hn::Or(pos, bit(gt, 4));
+    gt = hn::Gt(v, step2.Lookup(hn::ShiftRight<2>(pos)));
+    pos = hn::Or(pos, bit(gt, 2));
+    gt = hn::Gt(v, step1.Lookup(hn::ShiftRight<1>(pos)));
+    return hn::Or(pos, bit(gt, 1));
+  }
+};
+
+template <DType kT>
+void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packed, float* absmax) {
+  const DF df;
+  const D8 d8;
+  const D16 d16;
+  const int64_t N = static_cast<int64_t>(kN);
+  const int64_t L8 = static_cast<int64_t>(hn::Lanes(d8));
+  const Codebook4& cb = GetCodebook4(q);
+  const Search4 search(cb);
+  bool identity = true;  // NF4: sorted position == code
+  for (int k = 0; k < kCodebook4Size; ++k) identity &= cb.sorted_to_code[k] == k;
+  HWY_ALIGN uint8_t to_code[16];
+  std::copy(cb.sorted_to_code.begin(), cb.sorted_to_code.end(), to_code);
+  // pshufb-style lookups index within each 128-bit block, so every block gets the 16-entry table.
+  const auto code_table = hn::LoadDup128(d8, to_code);
+  // Sorted positions of one block's elements, between the search pass and the packing pass.
+  HWY_ALIGN uint8_t pos[kMaxBlocksize];
+
+  for (int64_t b = r.block_begin; b < r.block_end; ++b) {
+    const int64_t lo = b * r.blocksize;
+    const int64_t hi = std::min(lo + r.blocksize, r.n);
+    const int64_t vec_end = lo + (hi - lo) / N * N;
+
+    VF vmax = hn::Zero(df);
+    VF nan = hn::Zero(df);  // all-ones lanes where a NaN was seen
+    for (int64_t i = lo; i < vec_end; i += N) {
+      const VF v = LoadF32<kT>(x, i);
+      nan = hn::Or(nan, hn::VecFromMask(df, hn::IsNaN(v)));
+      vmax = hn::Max(vmax, hn::Abs(v));
+    }
+    float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
+    bool any_nan = !hn::AllFalse(df, hn::MaskFromVec(nan));
+    for (int64_t i = vec_end; i < hi; ++i) {
+      const float v = LoadAsFloat(kT, x, i);
+      any_nan |= std::isnan(v);
+      amax = std::max(amax, std::fabs(v));
+    }
+    if (any_nan) amax = NAN;
+    absmax[b] = amax;
+
+    // Pass 1: sorted positions. x / absmax is a true division, as ScaleToUnit's.
+    int64_t i = lo;
+    if (std::isfinite(amax) && amax != 0.0f) {
+      const VF vscale = hn::Set(df, amax);
+      for (; i < vec_end; i += N) {
+        const VI p = search.Position(hn::Div(LoadF32<kT>(x, i), vscale));
+        hn::StoreU(hn::DemoteTo(DU8(), p), DU8(), pos + (i - lo));
+      }
+    }
+    for (; i < hi; ++i) pos[i - lo] = static_cast<uint8_t>(SortedPosition4(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax)));
+
+    // Pass 2: positions to codes, packed two per byte. In a 16-bit lane the even element is the low byte
+    // (little-endian) and goes to the high nibble.
+    const int64_t len = hi - lo;
+    uint8_t* dst = packed + lo / 2;
+    int64_t j = 0;
+    for (; j + L8 <= len; j += L8) {
+      auto c = hn::LoadU(d8, pos + j);
+      if (!identity) c = hn::TableLookupBytes(code_table, c);
+      const auto w = hn::BitCast(d16, c);
+      const auto pair = hn::Or(hn::ShiftLeft<4>(hn::And(w, hn::Set(d16, 0xFF))), hn::ShiftRight<8>(w));
+      hn::StoreU(hn::DemoteTo(DPacked(), hn::BitCast(DI16(), pair)), DPacked(), dst + j / 2);
+    }
+    for (; j + 1 < len; j += 2) dst[j / 2] = static_cast<uint8_t>((to_code[pos[j]] << 4) | to_code[pos[j + 1]]);
+    if (j < len) dst[j / 2] = static_cast<uint8_t>(to_code[pos[j]] << 4);  // odd n: the pad nibble is 0
+  }
+}
+
+template <DType kT>
+void DequantizeT(const uint8_t* packed, const float* absmax, const float* code16, const Blockwise4Range& r,
+                 void* out) {
+  const DF df;
+  const DI di;
+  const int64_t N = static_cast<int64_t>(kN);
+  const RegTable<16> values = RegTable<16>::FromArray(code16);
+  // A chunk of 2N elements is N bytes: lane k of the first half takes byte k / 2, of the second half byte
+  // N / 2 + k / 2; even lanes take the high nibble.
+  HWY_ALIGN int32_t spread[2 * kN];
+  HWY_ALIGN int32_t odd_lanes[kN];
+  for (size_t k = 0; k < 2 * kN; ++k) spread[k] = static_cast<int32_t>(k / 2);
+  for (size_t k = 0; k < kN; ++k) odd_lanes[k] = (k & 1) ? -1 : 0;
+  const auto spread_lo = hn::IndicesFromVec(di, hn::Load(di, spread));
+  const auto spread_hi = hn::IndicesFromVec(di, hn::Load(di, spread + kN));
+  const auto odd = hn::MaskFromVec(hn::Load(di, odd_lanes));
+  const VI nibble = hn::Set(di, 0x0F);
+
+  for (int64_t b = r.block_begin; b < r.block_end; ++b) {
+    const int64_t lo = b * r.blocksize;
+    const int64_t hi = std::min(lo + r.blocksize, r.n);
+    const int64_t vec_end = lo + (hi - lo) / (2 * N) * (2 * N);
+    // code16[c] * absmax is the same float product whether taken before or after the lookup.
+    RegTable<16> scaled;
+    const VF scale = hn::Set(df, absmax[b]);
+    for (size_t k = 0; k < RegTable<16>::kRegs; ++k) scaled.reg[k] = hn::Mul(values.reg[k], scale);
+    int64_t i = lo;
+    for (; i < vec_end; i += 2 * N) {
+      const VI bytes = hn::PromoteTo(di, hn::LoadU(DU8(), packed + i / 2));
+      const VI e0 = hn::TableLookupLanes(bytes, spread_lo);
+      const VI e1 = hn::TableLookupLanes(bytes, spread_hi);
+      const VI c0 = hn::And(hn::IfThenElse(odd, e0, hn::ShiftRight<4>(e0)), nibble);
+      const VI c1 = hn::And(hn::IfThenElse(odd, e1, hn::ShiftRight<4>(e1)), nibble);
+      StoreF32<kT>(scaled.Lookup(c0), out, i);
+      StoreF32<kT>(scaled.Lookup(c1), out, i + N);
+    }
+    for (; i < hi; ++i) StoreFromFloat(kT, out, i, code16[PackedCode4(packed, i)] * absmax[b]);
+  }
+}
+
+}  // namespace
+
+void Quantize4(DType dtype, const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packed, float* absmax) {
+  switch (dtype) {
+    case DType::kFloat32: return QuantizeT<DType::kFloat32>(x, q, r, packed, absmax);
+    case DType::kFloat16: return QuantizeT<DType::kFloat16>(x, q, r, packed, absmax);
+    case DType::kBFloat16: return QuantizeT<DType::kBFloat16>(x, q, r, packed, absmax);
+  }
+}
+
+void Dequantize4(DType dtype, const uint8_t* packed, const float* absmax, const float* code16,
+                const Blockwise4Range& r, void* out) {
+  switch (dtype) {
+    case DType::kFloat32: return DequantizeT<DType::kFloat32>(packed, absmax, code16, r, out);
+    case DType::kFloat16: return DequantizeT<DType::kFloat16>(packed, absmax, code16, r, out);
+    case DType::kBFloat16: return DequantizeT<DType::kBFloat16>(packed, absmax, code16, r, out);
+  }
+}
+
+#endif  // HWY_TARGET == HWY_SCALAR
+
+}  // namespace HWY_NAMESPACE
+}  // namespace bnb::core
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace bnb::core {
+
+HWY_EXPORT(Quantize4);
+HWY_EXPORT(Dequantize4);
+
+void QuantizeBlockwise4(DType dtype, const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packed,
+                        float* absmax) {
+  HWY_DYNAMIC_DISPATCH(Quantize4)(dtype, x, q, r, packed, absmax);
+}
+
+void DequantizeBlockwise4(DType dtype, const uint8_t* packed, const float* absmax, const float* code16,
+                          const Blockwise4Range& r, void* out) {
+  HWY_DYNAMIC_DISPATCH(Dequantize4)(dtype, packed, absmax, code16, r, out);
+}
+
+}  // namespace bnb::core
+#endif  // HWY_ONCE

@@ -1,0 +1,22 @@
+// The scalar definition of the 4-bit matrix-vector product.
+#include "bnb/core/blockwise4.h"
+#include "bnb/core/gemv4.h"
+
+namespace bnb::core {
+
+void Gemv4Scalar(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,
+                 int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end) {
+  (void)N;
+  for (int64_t m = row_begin; m < row_end; ++m) {
+    float acc = 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t f = m * K + k;
+      const float w = code16[PackedCode4(B, f)] * absmax[f / blocksize];
+      const float p = LoadAsFloat(dtype, A, k) * w;
+      acc = acc + p;
+    }
+    StoreFromFloat(dtype, out, m, acc);
+  }
+}
+
+}  // namespace bnb::core

@@ -1,0 +1,32 @@
+// Matrix-vector product with a 4-bit weight: out = W A, W dequantized on the fly (bitsandbytes' gemv_4bit).
+//
+// W is an N x K row-major matrix quantized by QuantizeBlockwise4 as one flat tensor of N * K elements: element
+// (m, k) is flat element m * K + k, its code sits in nibble m * K + k of B (blockwise4.h packing) and its block is
+// (m * K + k) / blocksize, so blocks run across row ends when K is not a multiple of blocksize. Its value is
+//   W[m, k] = code16[code] * absmax[block]        (float32 product)
+// where code16 holds 16 values in code order (the `code` tensor of gemv_4bit; Code4(q).data() for NF4 / FP4).
+#pragma once
+
+#include <cstdint>
+
+#include "bnb/core/dtype.h"
+
+namespace bnb::core {
+
+// Rows [row_begin, row_end) of out = W A: A has K elements of `dtype`, out has N elements of `dtype` (only the rows
+// in range are written). Products and sums are float32; each output is rounded once to `dtype`, to nearest even.
+// blocksize: a power of two in [32, 4096] (CheckBlocksize). Threads may split the rows.
+//
+// The vectorized version sums in its own order (per block, then scaled by absmax): it is not bit-identical to
+// Gemv4Scalar, only close (float32 summation error). Integer-valued inputs whose partial sums stay below 2^24 give
+// identical results.
+void Gemv4(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,
+           int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end);
+
+// The definition: for each row, acc = 0.0f, then for k = 0, 1, ..., K - 1 in order
+//   acc = acc + float(A[k]) * W[m, k]     (product and sum each rounded to float32; no fused multiply-add)
+// and out[m] = acc rounded to `dtype`.
+void Gemv4Scalar(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,
+                 int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end);
+
+}  // namespace bnb::core

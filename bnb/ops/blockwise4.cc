@@ -1,0 +1,296 @@
+// quantize_4bit / dequantize_4bit(.out) / gemv_4bit(.out) / gemm_4bit: argument checks and shape rules (shared by
+// the real and the Meta kernels through kIsMeta) and the CPU kernels over bnb/core. CUDA tensors use the
+// pure-torch reference kernels (CompositeExplicitAutograd) until the JIT templates for 4-bit land.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "bnb/core/blockwise4.h"
+#include "bnb/core/blockwise8.h"
+#include "bnb/core/gemv4.h"
+#include "bnb/ops/checks.h"
+#include "bnb/ops/cpu_alloc.h"
+#include "bnb/ops/cpu_parallel.h"
+
+namespace bnb::ops {
+namespace {
+
+using bnb::core::Blockwise4Range;
+using bnb::core::Quant4;
+
+c10::SymInt NumBlocks(const c10::SymInt& n, int64_t blocksize) { return (n + blocksize - 1) / blocksize; }
+
+Quant4 ParseQuantType(const char* op, c10::string_view quant_type) {
+  auto q = bnb::core::ParseQuant4(std::string(quant_type));
+  ThrowIfError(op, q.status());
+  return *q;
+}
+
+c10::SymInt ShapeNumel(const char* op, at::IntArrayRef shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    TORCH_CHECK(d >= 0, "bnb::", op, ": shape ", shape, " has a negative dimension");
+    n *= d;
+  }
+  TORCH_CHECK(n > 0, "bnb::", op, ": shape ", shape, " is empty; there is nothing to dequantize");
+  return n;
+}
+
+// Packed bytes: (n + 1) / 2, which must fill whole elements of quant_storage.
+c10::SymInt PackedElements(const char* op, const c10::SymInt& n, c10::ScalarType storage) {
+  const int64_t itemsize = static_cast<int64_t>(c10::elementSize(storage));
+  const c10::SymInt bytes = (n + 1) / 2;
+  TORCH_CHECK(bytes % itemsize == 0, "bnb::", op, ": ", n, " values pack into ", bytes, " bytes, not a whole number ",
+              "of ", storage, " (", itemsize, " bytes each); use uint8 storage or a size that divides");
+  return bytes / itemsize;
+}
+
+void CheckPackedBytes(const char* op, const char* arg, const at::Tensor& t, const c10::SymInt& n) {
+  const c10::SymInt bytes = t.sym_numel() * static_cast<int64_t>(t.element_size());
+  TORCH_CHECK(bytes == (n + 1) / 2, "bnb::", op, ": ", arg, " holds ", bytes, " bytes of packed codes; ", n,
+              " values need ", (n + 1) / 2);
+}
+
+void CheckAbsmax(const char* op, const at::Tensor& absmax, const at::Tensor& A, const c10::SymInt& n,
+                 int64_t blocksize) {
+  CheckDType(op, "absmax", absmax, at::kFloat);
+  CheckNumel(op, "absmax", absmax, NumBlocks(n, blocksize), "one per block");
+  CheckSameDevice(op, "absmax", absmax, A);
+}
+
+// The bytes of a packed tensor of any storage dtype, contiguous.
+at::Tensor PackedBytes(const at::Tensor& t) { return t.contiguous().view(at::kByte).reshape({-1}); }
+
+template <bool kIsMeta>
+std::tuple<at::Tensor, at::Tensor> Quantize4bit(const at::Tensor& A, int64_t blocksize, c10::string_view quant_type,
+                                                c10::ScalarType quant_storage) {
+  constexpr const char* op = "quantize_4bit";
+  const bnb::core::DType dtype = FloatDType(op, "A", A.scalar_type());
+  ThrowIfError(op, bnb::core::CheckBlocksize(blocksize));
+  const Quant4 q = ParseQuantType(op, quant_type);
+  CheckNotEmpty(op, "A", A);
+  const c10::SymInt packed_rows = PackedElements(op, A.sym_numel(), quant_storage);
+  if constexpr (kIsMeta) {
+    return {at::empty_symint({packed_rows, 1}, A.options().dtype(quant_storage)),
+            at::empty_symint({NumBlocks(A.sym_numel(), blocksize)}, A.options().dtype(at::kFloat))};
+  } else {
+    const at::Tensor x = A.contiguous();
+    const int64_t n = x.numel();
+    at::Tensor bytes = EmptyCpuOutput({bnb::core::PackedSize4(n)}, A.options().dtype(at::kByte));
+    at::Tensor absmax = at::empty({NumBlocks(n, blocksize).expect_int()}, A.options().dtype(at::kFloat));
+    const void* xp = x.data_ptr();
+    uint8_t* bp = bytes.data_ptr<uint8_t>();
+    float* ap = absmax.data_ptr<float>();
+    ParallelOverBlocks(op, absmax.numel(), blocksize, [&](int64_t b0, int64_t b1) {
+      bnb::core::QuantizeBlockwise4(dtype, xp, q, Blockwise4Range{n, blocksize, b0, b1}, bp, ap);
+    });
+    return {bytes.view(quant_storage).reshape({-1, 1}), absmax};
+  }
+}
+
+// Checks of both dequantize_4bit overloads; returns the output element type.
+bnb::core::DType CheckDequantize4(const char* op, const at::Tensor& A, const at::Tensor& absmax, int64_t blocksize,
+                                  c10::string_view quant_type, at::IntArrayRef shape, c10::ScalarType dtype) {
+  const bnb::core::DType out_type = FloatDType(op, "dtype", dtype);
+  ThrowIfError(op, bnb::core::CheckBlocksize(blocksize));
+  ParseQuantType(op, quant_type);
+  const c10::SymInt n = ShapeNumel(op, shape);
+  CheckPackedBytes(op, "A", A, n);
+  CheckAbsmax(op, absmax, A, n, blocksize);
+  return out_type;
+}
+
+// Dequantizes with the 16 values `code16` into `out` (contiguous, n elements).
+void Dequantize4Into(const char* op, const at::Tensor& A, const at::Tensor& absmax, const float* code16,
+                     int64_t blocksize, bnb::core::DType out_type, at::Tensor& out) {
+  const at::Tensor bytes = PackedBytes(A);
+  const at::Tensor am = absmax.contiguous();
+  const int64_t n = out.numel();
+  const uint8_t* bp = bytes.data_ptr<uint8_t>();
+  const float* ap = am.data_ptr<float>();
+  void* op_out = out.data_ptr();
+  ParallelOverBlocks(op, bnb::core::NumBlocks(n, blocksize), blocksize, [&](int64_t b0, int64_t b1) {
+    bnb::core::DequantizeBlockwise4(out_type, bp, ap, code16, Blockwise4Range{n, blocksize, b0, b1}, op_out);
+  });
+}
+
+template <bool kIsMeta>
+at::Tensor Dequantize4bit(const at::Tensor& A, const at::Tensor& absmax, int64_t blocksize,
+                          c10::string_view quant_type, at::IntArrayRef shape, c10::ScalarType dtype) {
+  constexpr const char* op = "dequantize_4bit";
+  const bnb::core::DType out_type = CheckDequantize4(op, A, absmax, blocksize, quant_type, shape, dtype);
+  if constexpr (kIsMeta) {
+    return at::empty(shape, A.options().dtype(dtype));
+  } else {
+    at::Tensor out = EmptyCpuOutput(shape, A.options().dtype(dtype));
+    const Quant4 q = ParseQuantType(op, quant_type);
+    Dequantize4Into(op, A, absmax, bnb::core::Code4(q).data(), blocksize, out_type, out);
+    return out;
+  }
+}
+
+template <bool kIsMeta>
+void Dequantize4bitOut(const at::Tensor& A, const at::Tensor& absmax, int64_t blocksize, c10::string_view quant_type,
+                       at::IntArrayRef shape, c10::ScalarType dtype, at::Tensor& out) {
+  constexpr const char* op = "dequantize_4bit.out";
+  const bnb::core::DType out_type = CheckDequantize4(op, A, absmax, blocksize, quant_type, shape, dtype);
+  TORCH_CHECK(out.sizes() == shape, "bnb::", op, ": out must have shape ", shape, ", got ", out.sizes());
+  CheckDType(op, "out", out, dtype);
+  CheckSameDevice(op, "out", out, A);
+  if constexpr (!kIsMeta) {
+    const float* code16 = bnb::core::Code4(ParseQuantType(op, quant_type)).data();
+    if (out.is_contiguous()) {
+      Dequantize4Into(op, A, absmax, code16, blocksize, out_type, out);
+    } else {
+      at::Tensor tmp = at::empty(shape, A.options().dtype(dtype));
+      Dequantize4Into(op, A, absmax, code16, blocksize, out_type, tmp);
+      out.copy_(tmp);
+    }
+  }
+}
+
+// A's sizes with the last replaced by N: the output shape of gemv_4bit and gemm_4bit (symbolic under compile).
+std::vector<c10::SymInt> RowsTimesN(const at::Tensor& A, int64_t N) {
+  std::vector<c10::SymInt> shape(A.sym_sizes().begin(), A.sym_sizes().end() - 1);
+  shape.emplace_back(N);
+  return shape;
+}
+
+// Checks of both gemv_4bit overloads; returns the output shape.
+std::vector<c10::SymInt> CheckGemv4(const char* op, const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shapeB,
+                                const at::Tensor& absmax, const at::Tensor& code, int64_t blocksize) {
+  FloatDType(op, "A", A.scalar_type());
+  TORCH_CHECK(A.dim() >= 1 && A.sym_numel() == A.sym_size(-1), "bnb::", op, ": A must be a single row (leading ",
+              "dimensions of 1), got shape ", A.sym_sizes());
+  TORCH_CHECK(shapeB.size() == 2 && shapeB[0] > 0 && shapeB[1] > 0, "bnb::", op, ": shapeB must be [N, K] with ",
+              "N, K > 0, got ", shapeB);
+  TORCH_CHECK(A.sym_size(-1) == shapeB[1], "bnb::", op, ": A has ", A.sym_size(-1), " columns but shapeB ",
+              shapeB, " needs ", shapeB[1]);
+  ThrowIfError(op, bnb::core::CheckBlocksize(blocksize));
+  const c10::SymInt n = shapeB[0] * shapeB[1];
+  CheckPackedBytes(op, "B", B, n);
+  CheckSameDevice(op, "B", B, A);
+  CheckAbsmax(op, absmax, A, n, blocksize);
+  CheckDType(op, "code", code, at::kFloat);
+  CheckNumel(op, "code", code, bnb::core::kCodebook4Size, "the 16 values of the 4-bit type");
+  CheckSameDevice(op, "code", code, A);
+  return RowsTimesN(A, shapeB[0]);
+}
+
+void Gemv4Into(const char* op, const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shapeB,
+               const at::Tensor& absmax, const at::Tensor& code, int64_t blocksize, at::Tensor& out) {
+  const bnb::core::DType dtype = FloatDType(op, "A", A.scalar_type());
+  const at::Tensor a = A.contiguous(), bytes = PackedBytes(B), am = absmax.contiguous(), c = code.contiguous();
+  const int64_t N = shapeB[0], K = shapeB[1];
+  const void* ap = a.data_ptr();
+  const uint8_t* bp = bytes.data_ptr<uint8_t>();
+  const float* amp = am.data_ptr<float>();
+  const float* cp = c.data_ptr<float>();
+  void* outp = out.data_ptr();
+  ParallelOverBlocks(op, N, K, [&](int64_t r0, int64_t r1) {
+    bnb::core::Gemv4(dtype, ap, bp, amp, cp, N, K, blocksize, outp, r0, r1);
+  });
+}
+
+template <bool kIsMeta>
+at::Tensor Gemv4bit(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shapeB, const at::Tensor& absmax,
+                    const at::Tensor& code, int64_t blocksize) {
+  constexpr const char* op = "gemv_4bit";
+  at::Tensor out = at::empty_symint(CheckGemv4(op, A, B, shapeB, absmax, code, blocksize), A.options());
+  if constexpr (!kIsMeta) Gemv4Into(op, A, B, shapeB, absmax, code, blocksize, out);
+  return out;
+}
+
+template <bool kIsMeta>
+void Gemv4bitOut(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shapeB, const at::Tensor& absmax,
+                 const at::Tensor& code, int64_t blocksize, at::Tensor& out) {
+  constexpr const char* op = "gemv_4bit.out";
+  const std::vector<c10::SymInt> shape = CheckGemv4(op, A, B, shapeB, absmax, code, blocksize);
+  TORCH_CHECK(out.sym_sizes() == c10::SymIntArrayRef(shape), "bnb::", op, ": out must have shape ",
+              c10::SymIntArrayRef(shape), ", got ", out.sym_sizes());
+  CheckDType(op, "out", out, A.scalar_type());
+  CheckSameDevice(op, "out", out, A);
+  if constexpr (!kIsMeta) {
+    if (out.is_contiguous()) {
+      Gemv4Into(op, A, B, shapeB, absmax, code, blocksize, out);
+    } else {
+      at::Tensor tmp = at::empty(out.sizes(), A.options());
+      Gemv4Into(op, A, B, shapeB, absmax, code, blocksize, tmp);
+      out.copy_(tmp);
+    }
+  }
+}
+
+template <bool kIsMeta>
+at::Tensor Gemm4bit(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shapeB, const at::Tensor& absmax,
+                    int64_t blocksize, c10::string_view quant_type, const c10::optional<at::Tensor>& bias,
+                    const c10::optional<at::Tensor>& absmax_8bit, const c10::optional<at::Tensor>& absmax_code,
+                    const c10::optional<at::Tensor>& absmax_offset) {
+  constexpr const char* op = "gemm_4bit";
+  const bnb::core::DType dtype = FloatDType(op, "A", A.scalar_type());
+  TORCH_CHECK(shapeB.size() == 2, "bnb::", op, ": shapeB must be [N, K], got ", shapeB);
+  TORCH_CHECK(A.dim() >= 1 && A.sym_size(-1) == shapeB[1], "bnb::", op, ": A's last dimension (",
+              A.sym_sizes(), ") must equal shapeB[1] = ", shapeB[1]);
+  ThrowIfError(op, bnb::core::CheckBlocksize(blocksize));
+  const Quant4 q = ParseQuantType(op, quant_type);
+  const c10::SymInt n = ShapeNumel(op, shapeB);
+  CheckPackedBytes(op, "B", B, n);
+  CheckDType(op, "absmax", absmax, at::kFloat);
+  if (absmax_8bit.has_value()) {
+    // Nested statistics: the per-block scales are 8-bit codes (blocksize 256) of absmax_code, plus the offset.
+    TORCH_CHECK(absmax_code.has_value() && absmax_offset.has_value(), "bnb::", op, ": absmax_8bit needs ",
+                "absmax_code and absmax_offset too");
+    CheckDType(op, "absmax_8bit", *absmax_8bit, at::kByte);
+    CheckNumel(op, "absmax_8bit", *absmax_8bit, NumBlocks(n, blocksize), "one per block of B");
+    CheckNumel(op, "absmax", absmax, NumBlocks(NumBlocks(n, blocksize), 256), "one per 256 entries of absmax_8bit");
+    CheckDType(op, "absmax_code", *absmax_code, at::kFloat);
+    CheckNumel(op, "absmax_code", *absmax_code, 256, "one value per 8-bit code");
+    TORCH_CHECK(absmax_offset->numel() == 1, "bnb::", op, ": absmax_offset must be one value, got shape ",
+                absmax_offset->sizes());
+  } else {
+    CheckNumel(op, "absmax", absmax, NumBlocks(n, blocksize), "one per block of B");
+  }
+  if (bias.has_value()) {
+    TORCH_CHECK(bias->numel() == shapeB[0], "bnb::", op, ": bias must hold ", shapeB[0], " values, got ",
+                bias->numel());
+  }
+  if constexpr (kIsMeta) {
+    return at::empty_symint(RowsTimesN(A, shapeB[0]), A.options());
+  } else {
+    at::Tensor scales = absmax;
+    if (absmax_8bit.has_value()) {
+      const at::Tensor codes8 = absmax_8bit->contiguous(), nested = absmax.contiguous();
+      const at::Tensor code8 = absmax_code->contiguous();
+      scales = at::empty({absmax_8bit->numel()}, absmax.options());
+      const int64_t m = codes8.numel();
+      bnb::core::DequantizeBlockwise8(bnb::core::DType::kFloat32, codes8.data_ptr<uint8_t>(), nested.data_ptr<float>(),
+                                      code8.data_ptr<float>(), {m, 256, 0, NumBlocks(m, 256).expect_int()},
+                                      scales.data_ptr());
+      scales.add_(absmax_offset->to(at::kFloat).reshape({}));
+    }
+    at::Tensor W = at::empty(shapeB, A.options());
+    Dequantize4Into(op, B, scales, bnb::core::Code4(q).data(), blocksize, dtype, W);
+    return at::linear(A, W, bias.has_value() ? c10::optional<at::Tensor>(bias->to(A.scalar_type())) : c10::nullopt);
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(bnb, CPU, m) {
+  m.impl("quantize_4bit", &Quantize4bit<false>);
+  m.impl("dequantize_4bit", &Dequantize4bit<false>);
+  m.impl("dequantize_4bit.out", &Dequantize4bitOut<false>);
+  m.impl("gemv_4bit", &Gemv4bit<false>);
+  m.impl("gemv_4bit.out", &Gemv4bitOut<false>);
+  m.impl("gemm_4bit", &Gemm4bit<false>);
+}
+
+TORCH_LIBRARY_IMPL(bnb, Meta, m) {
+  m.impl("quantize_4bit", &Quantize4bit<true>);
+  m.impl("dequantize_4bit", &Dequantize4bit<true>);
+  m.impl("dequantize_4bit.out", &Dequantize4bitOut<true>);
+  m.impl("gemv_4bit", &Gemv4bit<true>);
+  m.impl("gemv_4bit.out", &Gemv4bitOut<true>);
+  m.impl("gemm_4bit", &Gemm4bit<true>);
+}
+
+}  // namespace bnb::ops

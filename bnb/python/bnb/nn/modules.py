@@ -1,0 +1,198 @@
+"""Params4bit and the 4-bit modules. As in bitsandbytes, a weight is quantized when its module moves to a device
+(`.to(...)`, `.cuda()`, `.cpu()`), and state dicts carry bitsandbytes' keys (weight, weight.absmax,
+weight.quant_map, weight.nested_*, weight.quant_state.bitsandbytes__<type>)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from .. import functional as F
+from ..autograd import matmul_4bit
+from ..quant_state import QuantState
+
+
+class Params4bit(nn.Parameter):
+    """A weight that quantizes itself to 4 bits on its first move to a device, and then holds the packed codes
+    (shape (n+1)//(2*itemsize) x 1, dtype quant_storage) with their QuantState."""
+
+    def __new__(cls, data: Optional[torch.Tensor] = None, requires_grad: bool = False,
+                quant_state: Optional[QuantState] = None, blocksize: Optional[int] = None,
+                compress_statistics: bool = True, quant_type: str = "fp4", quant_storage: torch.dtype = torch.uint8,
+                module: Optional[nn.Module] = None, bnb_quantized: bool = False, **kwargs) -> "Params4bit":
+        if quant_type not in ("nf4", "fp4"):
+            raise ValueError(f"Params4bit: quant_type must be 'nf4' or 'fp4', got {quant_type!r}")
+        self = torch.Tensor._make_subclass(cls, torch.empty(0) if data is None else data, requires_grad)
+        self.blocksize = 64 if blocksize is None else blocksize
+        self.compress_statistics = compress_statistics
+        self.quant_type = quant_type
+        self.quant_state = quant_state
+        self.quant_storage = quant_storage
+        self.bnb_quantized = bnb_quantized
+        self.module = module
+        return self
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["data"] = self.data
+        state["requires_grad"] = self.requires_grad
+        return state
+
+    def __setstate__(self, state):
+        self.requires_grad = state["requires_grad"]
+        for k in ("blocksize", "compress_statistics", "quant_type", "quant_state", "quant_storage",
+                  "bnb_quantized", "module"):
+            setattr(self, k, state[k])
+        self.data = state["data"]
+
+    def __deepcopy__(self, memo):
+        new = type(self).__new__(type(self), copy.deepcopy(self.data, memo), self.requires_grad,
+                                 copy.deepcopy(self.quant_state, memo), self.blocksize, self.compress_statistics,
+                                 self.quant_type, self.quant_storage, None, self.bnb_quantized)
+        return new
+
+    @classmethod
+    def from_prequantized(cls, data: torch.Tensor, quantized_stats: dict[str, Any], requires_grad: bool = False,
+                          device="cpu", module: Optional[nn.Module] = None, **kwargs) -> "Params4bit":
+        """A quantized weight from its packed codes and the stats of a state dict (keys without "weight.")."""
+        state = QuantState.from_dict(qs_dict=quantized_stats, device=device)
+        self = cls(data.to(device), requires_grad, state, state.blocksize, state.nested, state.quant_type,
+                   data.dtype, module, bnb_quantized=True)
+        if module is not None:
+            module.quant_state = state
+        return self
+
+    def _quantize(self, device) -> "Params4bit":
+        w = self.data.contiguous().to(device)
+        packed, state = F.quantize_4bit(w, blocksize=self.blocksize, compress_statistics=self.compress_statistics,
+                                        quant_type=self.quant_type, quant_storage=self.quant_storage)
+        self.data = packed
+        self.quant_state = state
+        if self.module is not None:
+            self.module.quant_state = state
+        self.bnb_quantized = True
+        return self  # modules keep this object (param.data = result): the state must live on it
+
+    def cpu(self):
+        return self.to(device="cpu")
+
+    def cuda(self, device=None, non_blocking: bool = False):
+        return self.to(device="cuda" if device is None else device, non_blocking=non_blocking)
+
+    def to(self, *args, **kwargs):
+        device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if device is not None and device.type != "meta" and not self.bnb_quantized:
+            return self._quantize(device)
+        if self.quant_state is not None and device is not None:
+            self.quant_state.to(device)
+        # dtype applies to the unquantized weight only: packed codes keep their storage type.
+        moved = super().to(device=device, dtype=None if self.bnb_quantized else dtype, non_blocking=non_blocking)
+        return Params4bit(moved, self.requires_grad, self.quant_state, self.blocksize, self.compress_statistics,
+                          self.quant_type, self.quant_storage, self.module, self.bnb_quantized)
+
+
+def _state_of(module: nn.Module) -> QuantState:
+    state = getattr(module.weight, "quant_state", None) or getattr(module, "quant_state", None)
+    if state is None:
+        raise RuntimeError(f"{type(module).__name__}: the weight is not quantized yet; move the module to a device "
+                           f"first (.to('cpu'), .cuda(), ...), which quantizes it")
+    return state
+
+
+class _Quantized4bitModule:
+    """State-dict behaviour shared by the 4-bit modules: bitsandbytes' keys out, and in."""
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        state = getattr(self.weight, "quant_state", None)
+        if state is not None:
+            for k, v in state.as_dict(packed=True).items():
+                destination[prefix + "weight." + k] = v if keep_vars else v.detach()
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        stats = {k[len(prefix) + len("weight."):]: v for k, v in state_dict.items()
+                 if k.startswith(prefix + "weight.")}
+        quantized = bool(stats) and prefix + "weight" in state_dict
+        if quantized:
+            data = state_dict[prefix + "weight"]
+            self.weight = Params4bit.from_prequantized(data, stats, device=data.device, module=self)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        if quantized:  # torch takes dotted keys for submodules' and reports them; these were the weight's
+            consumed = {prefix + "weight." + k for k in stats}
+            unexpected_keys[:] = [k for k in unexpected_keys if k not in consumed]
+
+
+class Linear4bit(_Quantized4bitModule, nn.Linear):
+    """nn.Linear with a 4-bit weight (QLoRA). Load fp16/bf16/fp32 weights, then `.to(device)` quantizes them.
+    A single row of input takes gemv_4bit; batches dequantize and run a dense matmul in compute_dtype."""
+
+    def __init__(self, input_features: int, output_features: int, bias: bool = True, compute_dtype=None,
+                 compress_statistics: bool = True, quant_type: str = "fp4", quant_storage=torch.uint8, device=None):
+        super().__init__(input_features, output_features, bias, device)
+        self.weight = Params4bit(self.weight.data, requires_grad=False, compress_statistics=compress_statistics,
+                                 quant_type=quant_type, quant_storage=quant_storage, module=self)
+        self.compute_dtype = compute_dtype
+        self.quant_state = None
+        self.quant_storage = quant_storage
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        state = _state_of(self)
+        in_dtype = x.dtype
+        compute = self.compute_dtype or (x.dtype if x.dtype in (torch.float32, torch.bfloat16) else None)
+        if compute is not None:
+            x = x.to(compute)
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return matmul_4bit(x, self.weight, quant_state=state, bias=bias).to(in_dtype)
+
+
+class LinearFP4(Linear4bit):
+    def __init__(self, input_features, output_features, bias=True, compute_dtype=None, compress_statistics=True,
+                 quant_storage=torch.uint8, device=None):
+        super().__init__(input_features, output_features, bias, compute_dtype, compress_statistics, "fp4",
+                         quant_storage, device)
+
+
+class LinearNF4(Linear4bit):
+    def __init__(self, input_features, output_features, bias=True, compute_dtype=None, compress_statistics=True,
+                 quant_storage=torch.uint8, device=None):
+        super().__init__(input_features, output_features, bias, compute_dtype, compress_statistics, "nf4",
+                         quant_storage, device)
+
+
+class Embedding4bit(_Quantized4bitModule, nn.Embedding):
+    """nn.Embedding with a 4-bit table. When embedding_dim is a multiple of the blocksize, a lookup dequantizes
+    only the rows it reads; otherwise it dequantizes the table."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, dtype=None, quant_type: str = "fp4",
+                 quant_storage=torch.uint8, device=None):
+        super().__init__(num_embeddings, embedding_dim, device=device, dtype=dtype)
+        self.dtype = self.weight.data.dtype
+        self.weight = Params4bit(self.weight.data, requires_grad=False, compress_statistics=False,
+                                 quant_type=quant_type, quant_storage=quant_storage, module=self)
+        self.quant_state = None
+        self.quant_storage = quant_storage
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        state = _state_of(self)
+        dim = self.embedding_dim
+        if dim % state.blocksize == 0:
+            rows = self.weight.data.view(torch.uint8).reshape(self.num_embeddings, dim // 2)[input]
+            absmax = F._absmax_of(state).reshape(self.num_embeddings, dim // state.blocksize)[input]
+            return torch.ops.bnb.dequantize_4bit(rows.reshape(-1), absmax.reshape(-1), state.blocksize,
+                                                 state.quant_type, [*input.shape, dim], self.dtype)
+        return nn.functional.embedding(input, F.dequantize_4bit(self.weight, state).to(self.dtype))
+
+
+class EmbeddingFP4(Embedding4bit):
+    def __init__(self, num_embeddings, embedding_dim, dtype=None, quant_storage=torch.uint8, device=None):
+        super().__init__(num_embeddings, embedding_dim, dtype, "fp4", quant_storage, device)
+
+
+class EmbeddingNF4(Embedding4bit):
+    def __init__(self, num_embeddings, embedding_dim, dtype=None, quant_storage=torch.uint8, device=None):
+        super().__init__(num_embeddings, embedding_dim, dtype, "nf4", quant_storage, device)

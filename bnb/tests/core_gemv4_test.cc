@@ -1,0 +1,146 @@
+// The 4-bit matrix-vector product against a double-precision dequantize-then-dot reference on every target, exact
+// on integer-valued data, with blocks running across rows.
+#include "bnb/core/gemv4.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bnb/core/blockwise4.h"
+#include "bnb/core/cpu_isa.h"
+#include "gtest/gtest.h"
+
+namespace bnb::core {
+namespace {
+
+constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+
+std::vector<uint8_t> Encode(DType dtype, const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * DTypeSize(dtype));
+  for (size_t i = 0; i < v.size(); ++i) StoreFromFloat(dtype, out.data(), i, v[i]);
+  return out;
+}
+
+// Relative rounding step of an output of `dtype`.
+double OutputEps(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return 0.0;
+    case DType::kFloat16: return std::ldexp(1.0, -11);
+    case DType::kBFloat16: return std::ldexp(1.0, -8);
+  }
+  return 0.0;
+}
+
+struct Shape {
+  int64_t n, k, blocksize;
+};
+
+// Row counts and K that exercise: one row; K not a multiple of the blocksize (blocks across rows); odd K and odd
+// N * K (rows starting mid-byte, a padded last byte); K above the kernel's K slice; blocks smaller than a vector.
+const Shape kShapes[] = {{1, 32, 32},   {3, 64, 32},   {7, 100, 64},  {5, 33, 32},    {9, 1000, 128}, {2, 257, 256},
+                         {3, 8200, 32}, {4, 4103, 4096}, {16, 4096, 64}, {11, 77, 2048}, {6, 4097, 64}};
+
+class EveryIsa : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { ASSERT_TRUE(SetIsaCap(GetParam()).ok()); }
+  void TearDown() override { ASSERT_TRUE(SetIsaCap("best").ok()); }
+};
+
+TEST_P(EveryIsa, MatchesDequantizeThenDot) {
+  for (Quant4 q : {Quant4::kNF4, Quant4::kFP4})
+  for (DType dtype : kDTypes)
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(testing::Message() << Quant4Name(q) << " " << DTypeName(dtype) << " N " << s.n << " K " << s.k
+                                    << " blocksize " << s.blocksize);
+    std::mt19937 rng(static_cast<uint32_t>(s.n * 7919 + s.k));
+    std::normal_distribution<float> normal;
+    const int64_t total = s.n * s.k;
+    std::vector<float> w(total), a(s.k);
+    for (auto& v : w) v = normal(rng);
+    for (auto& v : a) v = normal(rng);
+    std::vector<uint8_t> packed(PackedSize4(total));
+    std::vector<float> absmax(NumBlocks(total, s.blocksize));
+    QuantizeBlockwise4(DType::kFloat32, w.data(), q, {total, s.blocksize, 0, NumBlocks(total, s.blocksize)},
+                       packed.data(), absmax.data());
+    std::vector<float> wq(total);
+    DequantizeBlockwise4(DType::kFloat32, packed.data(), absmax.data(), Code4(q).data(),
+                         {total, s.blocksize, 0, NumBlocks(total, s.blocksize)}, wq.data());
+    const auto a_raw = Encode(dtype, a);
+
+    std::vector<uint8_t> out(s.n * DTypeSize(dtype)), out_ref(s.n * DTypeSize(dtype));
+    Gemv4(dtype, a_raw.data(), packed.data(), absmax.data(), Code4(q).data(), s.n, s.k, s.blocksize, out.data(), 0,
+          s.n);
+    Gemv4Scalar(dtype, a_raw.data(), packed.data(), absmax.data(), Code4(q).data(), s.n, s.k, s.blocksize,
+                out_ref.data(), 0, s.n);
+    for (int64_t m = 0; m < s.n; ++m) {
+      double ref = 0, mag = 0;
+      for (int64_t k = 0; k < s.k; ++k) {
+        const double t = double{LoadAsFloat(dtype, a_raw.data(), k)} * wq[m * s.k + k];
+        ref += t;
+        mag += std::fabs(t);
+      }
+      // float32 summation error, plus the output's rounding to dtype.
+      const double tol = 1e-5 * mag + OutputEps(dtype) * std::fabs(ref) + 1e-30;
+      EXPECT_NEAR(LoadAsFloat(dtype, out.data(), m), ref, tol) << "row " << m;
+      EXPECT_NEAR(LoadAsFloat(dtype, out_ref.data(), m), ref, tol) << "scalar, row " << m;
+    }
+  }
+}
+
+TEST_P(EveryIsa, ExactOnIntegerValues) {
+  // Integer code values, absmax and A: every product and partial sum is an integer below 2^24, so any summation
+  // order gives the exact result, rounded once to dtype.
+  std::vector<float> code16(16);
+  for (int c = 0; c < 16; ++c) code16[c] = static_cast<float>(c - 8);
+  for (DType dtype : kDTypes)
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " N " << s.n << " K " << s.k << " blocksize "
+                                    << s.blocksize);
+    std::mt19937 rng(static_cast<uint32_t>(s.n + s.k));
+    std::uniform_int_distribution<int> byte(0, 255), small(-4, 4), scale(1, 3);
+    const int64_t total = s.n * s.k;
+    std::vector<uint8_t> packed(PackedSize4(total));
+    for (auto& b : packed) b = static_cast<uint8_t>(byte(rng));
+    std::vector<float> absmax(NumBlocks(total, s.blocksize)), a(s.k);
+    for (auto& v : absmax) v = static_cast<float>(scale(rng));
+    for (auto& v : a) v = static_cast<float>(small(rng));
+    const auto a_raw = Encode(dtype, a);
+    std::vector<uint8_t> out(s.n * DTypeSize(dtype)), out_ref(s.n * DTypeSize(dtype));
+    Gemv4(dtype, a_raw.data(), packed.data(), absmax.data(), code16.data(), s.n, s.k, s.blocksize, out.data(), 0,
+          s.n);
+    Gemv4Scalar(dtype, a_raw.data(), packed.data(), absmax.data(), code16.data(), s.n, s.k, s.blocksize,
+                out_ref.data(), 0, s.n);
+    for (int64_t m = 0; m < s.n; ++m) {
+      int64_t exact = 0;
+      for (int64_t k = 0; k < s.k; ++k) {
+        const int64_t f = m * s.k + k;
+        exact += static_cast<int64_t>(a[k]) * (PackedCode4(packed.data(), f) - 8) *
+                 static_cast<int64_t>(absmax[f / s.blocksize]);
+      }
+      std::vector<uint8_t> expected(DTypeSize(dtype));
+      StoreFromFloat(dtype, expected.data(), 0, static_cast<float>(exact));
+      EXPECT_EQ(LoadAsFloat(dtype, out.data(), m), LoadAsFloat(dtype, expected.data(), 0)) << "row " << m;
+      EXPECT_EQ(LoadAsFloat(dtype, out_ref.data(), m), LoadAsFloat(dtype, expected.data(), 0)) << "row " << m;
+    }
+  }
+}
+
+TEST_P(EveryIsa, RowRangeWritesOnlyItsRows) {
+  const int64_t n = 9, k = 75, bs = 32, total = n * k;
+  std::vector<uint8_t> packed(PackedSize4(total));
+  std::mt19937 rng(1);
+  for (auto& b : packed) b = static_cast<uint8_t>(rng());
+  std::vector<float> absmax(NumBlocks(total, bs), 0.5f), a(k, 1.0f);
+  const auto& code16 = Code4(Quant4::kNF4);
+  std::vector<float> whole(n), part(n, 99.0f);
+  Gemv4(DType::kFloat32, a.data(), packed.data(), absmax.data(), code16.data(), n, k, bs, whole.data(), 0, n);
+  Gemv4(DType::kFloat32, a.data(), packed.data(), absmax.data(), code16.data(), n, k, bs, part.data(), 3, 7);
+  for (int64_t m = 0; m < n; ++m) EXPECT_EQ(part[m], m >= 3 && m < 7 ? whole[m] : 99.0f) << m;
+}
+
+INSTANTIATE_TEST_SUITE_P(Gemv4, EveryIsa, ::testing::ValuesIn(AvailableIsas()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace bnb::core

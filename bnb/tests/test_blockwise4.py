@@ -1,0 +1,195 @@
+"""4-bit ops: kernels equal the pure-torch reference bit for bit; published error bounds; gemv; the op contract."""
+
+import re
+
+import pytest
+import torch
+from torch.library import opcheck
+
+from bnb import functional as F
+from bnb.reference import blockwise4 as ref
+from helpers import BLOCKSIZES, FLOAT_DTYPES, assert_same_bits, devices
+
+STORAGES = [torch.uint8, torch.float16, torch.bfloat16, torch.float32]
+
+
+def sample(n, dtype, seed=0, specials=False):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g) * 3
+    if specials and n > 600:
+        x[:64] = 0
+        x[300] = float("nan")
+        x[450], x[451] = float("inf"), float("-inf")
+        x[520:580] = torch.arange(520, 580) * 2.0**-140
+    return x.to(dtype)
+
+
+def test_codebooks_are_bitsandbytes():
+    nf4 = F.get_4bit_type("nf4")
+    assert nf4[0] == -1.0 and nf4[7] == 0.0 and nf4[15] == 1.0
+    assert nf4[8].item() == pytest.approx(0.07958029955625534, abs=0)  # float32 of the published value
+    fp4 = F.get_4bit_type("fp4")
+    assert fp4.tolist() == (torch.tensor([0, 0.0625, 8, 12, 4, 6, 2, 3, -0.0, -0.0625, -8, -12, -4, -6, -2, -3])
+                            / 12).tolist()
+    with pytest.raises(NotImplementedError):
+        F.get_4bit_type("int4")
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("blocksize", BLOCKSIZES)
+def test_kernel_equals_reference(device, quant_type, dtype, blocksize):
+    for n in (1, 2, 31, 3 * blocksize + 17, 20001):
+        A = sample(n, dtype, seed=n + blocksize, specials=True).to(device)
+        packed, absmax = torch.ops.bnb.quantize_4bit(A, blocksize, quant_type, torch.uint8)
+        packed_ref, absmax_ref = ref.quantize_4bit(A.cpu(), blocksize, quant_type, torch.uint8)
+        assert_same_bits(packed, packed_ref)
+        assert_same_bits(absmax, absmax_ref)
+        out = torch.ops.bnb.dequantize_4bit(packed, absmax, blocksize, quant_type, [n], dtype)
+        assert_same_bits(out, ref.dequantize_4bit(packed_ref, absmax_ref, blocksize, quant_type, [n], dtype))
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+def test_quant_storage_packing(storage):
+    A = torch.randn(64, 64, dtype=torch.bfloat16)
+    packed, state = F.quantize_4bit(A, quant_type="nf4", quant_storage=storage)
+    assert packed.dtype == storage and packed.shape == (64 * 64 // (2 * packed.element_size()), 1)
+    plain, _ = F.quantize_4bit(A, quant_type="nf4")
+    assert torch.equal(packed.view(torch.uint8).reshape(-1), plain.reshape(-1))  # same bytes, another dtype
+    assert_same_bits(F.dequantize_4bit(packed, state), F.dequantize_4bit(plain, state))
+
+
+def test_packing_by_hand():
+    # NF4 codes: -1 -> 0, 1 -> 15, 0 -> 7; an odd count pads the last low nibble with 0.
+    A = torch.tensor([-1.0, 1.0, 0.0, 1.0, -1.0])
+    packed, absmax = torch.ops.bnb.quantize_4bit(A, 32, "nf4", torch.uint8)
+    assert packed.reshape(-1).tolist() == [0x0F, 0x7F, 0x00]
+    assert absmax.tolist() == [1.0]
+    # FP4: 0.5 is code 5 (6/12); -0.25 is code 15 (-3/12); a value between two entries goes to the nearer.
+    packed, _ = torch.ops.bnb.quantize_4bit(torch.tensor([0.5, -0.25, 1.0, 0.26]), 32, "fp4", torch.uint8)
+    assert packed.reshape(-1).tolist() == [0x5F, 0x37]
+
+
+@pytest.mark.parametrize("quant_type, blocksize, published", [
+    ("nf4", 64, 0.0728), ("nf4", 128, 0.0768), ("nf4", 4096, 0.0925), ("fp4", 64, 0.0965)])
+def test_error_matches_bitsandbytes_published(quant_type, blocksize, published):
+    A = torch.randn(1024, 1024, generator=torch.Generator().manual_seed(0))
+    packed, state = F.quantize_4bit(A, blocksize=blocksize, quant_type=quant_type)
+    err = (F.dequantize_4bit(packed, state) - A).abs().mean().item()
+    assert abs(err - published) < 1.5e-3, err
+
+
+@pytest.mark.parametrize("nested", [False, True])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_gemv_matches_dequantize_then_linear(nested, dtype):
+    g = torch.Generator().manual_seed(1)
+    W = torch.randn(1024, 768, generator=g)
+    packed, state = F.quantize_4bit(W.to(dtype), blocksize=64, quant_type="nf4", compress_statistics=nested)
+    errs_gemv, errs_linear = [], []
+    for _ in range(20):
+        x = torch.randn(1, 768, generator=g)
+        exact = x @ W.t()
+        got = F.gemv_4bit(x.to(dtype), packed, state=state)
+        dense = torch.nn.functional.linear(x.to(dtype), F.dequantize_4bit(packed, state))
+        assert got.shape == (1, 1024) and got.dtype == dtype
+        errs_gemv.append((got.float() - exact).abs().mean())
+        errs_linear.append((dense.float() - exact).abs().mean())
+    ratio = (sum(errs_gemv) / sum(errs_linear)).item()
+    assert 0.995 <= ratio <= 1.005, ratio
+
+
+def test_gemv_kernel_close_to_reference_and_handles_ragged_blocks():
+    # K not a multiple of the blocksize: blocks run across row ends.
+    W = torch.randn(37, 100)
+    packed, state = F.quantize_4bit(W, blocksize=32, quant_type="fp4")
+    x = torch.randn(1, 1, 100)
+    got = torch.ops.bnb.gemv_4bit(x, packed, [37, 100], state.absmax, state.code, 32)
+    want = ref.gemv_4bit(x, packed, [37, 100], state.absmax, state.code, 32)
+    assert got.shape == (1, 1, 37)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_gemm_4bit(nested):
+    W = torch.randn(64, 96)
+    packed, state = F.quantize_4bit(W, blocksize=32, quant_type="nf4", compress_statistics=nested)
+    A, bias = torch.randn(5, 96), torch.randn(64)
+    if nested:
+        args = (state.state2.absmax, 32, "nf4", bias, state.absmax, state.state2.code, state.offset)
+    else:
+        args = (state.absmax, 32, "nf4", bias)
+    got = torch.ops.bnb.gemm_4bit(A, packed, [64, 96], *args)
+    want = torch.nn.functional.linear(A, F.dequantize_4bit(packed, state), bias)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got, ref.gemm_4bit(A, packed, [64, 96], *args))
+
+
+@pytest.mark.parametrize("device", devices())
+def test_opcheck(device):
+    A = torch.randn(64, 96, device=device, dtype=torch.bfloat16)
+    opcheck(torch.ops.bnb.quantize_4bit.default, (A, 64, "nf4", torch.uint8))
+    # Packed codes viewed as float16 can spell NaN, which opcheck's comparison rejects; zeros pack to 0x77.
+    opcheck(torch.ops.bnb.quantize_4bit.default, (torch.zeros_like(A), 64, "fp4", torch.float16))
+    packed, absmax = torch.ops.bnb.quantize_4bit(A, 64, "nf4", torch.uint8)
+    opcheck(torch.ops.bnb.dequantize_4bit.default, (packed, absmax, 64, "nf4", [64, 96], torch.bfloat16))
+    out = torch.empty(64, 96, device=device, dtype=torch.bfloat16)
+    opcheck(torch.ops.bnb.dequantize_4bit.out, (packed, absmax, 64, "nf4", [64, 96], torch.bfloat16), {"out": out})
+    code = F.get_4bit_type("nf4", device=device)
+    x = torch.randn(1, 96, device=device, dtype=torch.bfloat16)
+    opcheck(torch.ops.bnb.gemv_4bit.default, (x, packed, [64, 96], absmax, code, 64))
+    y = torch.empty(1, 64, device=device, dtype=torch.bfloat16)
+    opcheck(torch.ops.bnb.gemv_4bit.out, (x, packed, [64, 96], absmax, code, 64), {"out": y})
+    opcheck(torch.ops.bnb.gemm_4bit.default, (torch.randn(3, 96, device=device, dtype=torch.bfloat16), packed,
+                                               [64, 96], absmax, 64, "nf4"))
+
+
+W32 = torch.randn(64, 64)
+P, AM = torch.ops.bnb.quantize_4bit(W32, 64, "nf4", torch.uint8)
+CODE = F.get_4bit_type("nf4")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: torch.ops.bnb.quantize_4bit(W32, 64, "nf5", torch.uint8),
+     "quant_type must be 'nf4' or 'fp4', got 'nf5'"),
+    (lambda: torch.ops.bnb.quantize_4bit(W32, 48, "nf4", torch.uint8), "blocksize must be a power of two"),
+    (lambda: torch.ops.bnb.quantize_4bit(W32.int(), 64, "nf4", torch.uint8), "A must be float32, float16 or "
+                                                                             "bfloat16, got Int"),
+    (lambda: torch.ops.bnb.quantize_4bit(torch.randn(6), 64, "nf4", torch.float32),
+     "6 values pack into 3 bytes, not a whole number of Float"),
+    (lambda: torch.ops.bnb.dequantize_4bit(P, AM[:3], 64, "nf4", [64, 64], torch.float32),
+     "absmax must hold 64 values (one per block), got 3"),
+    (lambda: torch.ops.bnb.dequantize_4bit(P, AM, 64, "nf4", [64, 65], torch.float32),
+     "A holds 2048 bytes of packed codes; 4160 values need 2080"),
+    (lambda: torch.ops.bnb.dequantize_4bit(P, AM, 64, "nf4", [64, 64], torch.int32), "dtype must be float32"),
+    (lambda: torch.ops.bnb.gemv_4bit(torch.randn(2, 64), P, [64, 64], AM, CODE, 64), "A must be a single row"),
+    (lambda: torch.ops.bnb.gemv_4bit(torch.randn(64), P, [64, 64], AM, CODE, 64).sum()
+     and torch.ops.bnb.gemv_4bit(torch.randn(1, 63), P, [64, 64], AM, CODE, 64), "A has 63 columns"),
+    (lambda: torch.ops.bnb.gemv_4bit(torch.randn(1, 64), P, [64, 64], AM, CODE[:8], 64),
+     "code must hold 16 values"),
+    (lambda: torch.ops.bnb.gemv_4bit(torch.randn(1, 64), P, [64], AM, CODE, 64), "shapeB must be [N, K]"),
+])
+def test_bad_input_gives_a_clear_error(call, message):
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        call()
+
+
+def test_functional_argument_errors():
+    with pytest.raises(ValueError, match="invalid blocksize 48"):
+        F.quantize_4bit(W32, blocksize=48)
+    with pytest.raises(ValueError, match="quant_type must be 'nf4' or 'fp4'"):
+        F.quantize_4bit(W32, quant_type="int4")
+    with pytest.raises(ValueError, match="requires both absmax and out"):
+        F.dequantize_4bit(P, absmax=AM)
+    with pytest.raises(ValueError, match="state cannot be None"):
+        F.gemv_4bit(torch.randn(1, 64), P)
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_packed_state_dict_round_trip(nested):
+    packed, state = F.quantize_4bit(torch.randn(32, 64), quant_type="fp4", compress_statistics=nested)
+    d = state.as_dict(packed=True)
+    assert "quant_state.bitsandbytes__fp4" in d and all(isinstance(v, torch.Tensor) for v in d.values())
+    again = F.QuantState.from_dict(d, device="cpu")
+    assert again == state and again.shape == torch.Size([32, 64]) and again.quant_type == "fp4"
+    assert_same_bits(F.dequantize_4bit(packed, again), F.dequantize_4bit(packed, state))

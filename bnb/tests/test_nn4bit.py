@@ -1,0 +1,164 @@
+"""bnb.nn 4-bit modules: quantize on move, forward paths, autograd, state dicts (bitsandbytes' keys), compile."""
+
+import copy
+import io
+import json
+
+import pytest
+import torch
+
+import bnb
+from bnb import functional as F
+from helpers import assert_same_bits
+
+
+def make_linear(quant_type="nf4", compress=True, storage=torch.uint8, bias=True, compute_dtype=None):
+    torch.manual_seed(0)
+    dense = torch.nn.Linear(128, 96, bias=bias)
+    layer = bnb.nn.Linear4bit(128, 96, bias=bias, quant_type=quant_type, compress_statistics=compress,
+                              quant_storage=storage, compute_dtype=compute_dtype)
+    layer.load_state_dict(dense.state_dict())
+    return dense, layer
+
+
+def test_quantization_happens_on_move():
+    dense, layer = make_linear()
+    assert not layer.weight.bnb_quantized and layer.weight.shape == (96, 128)
+    layer = layer.to("cpu")
+    w = layer.weight
+    assert isinstance(w, bnb.nn.Params4bit) and w.bnb_quantized
+    assert w.shape == (96 * 128 // 2, 1) and w.dtype == torch.uint8
+    assert layer.quant_state is w.quant_state and w.quant_state.shape == (96, 128)
+    back = F.dequantize_4bit(w, w.quant_state)
+    assert (back - dense.weight).abs().mean() < 0.1 * dense.weight.abs().mean() * 1.5
+    layer.to("cpu")  # a second move keeps the quantized weight
+    assert layer.weight.shape == (96 * 128 // 2, 1)
+
+
+@pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
+@pytest.mark.parametrize("storage", [torch.uint8, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("compress", [False, True])
+def test_forward_paths(quant_type, storage, compress):
+    dense, layer = make_linear(quant_type, compress, storage)
+    layer = layer.to("cpu")
+    W = F.dequantize_4bit(layer.weight, layer.weight.quant_state)
+    with torch.no_grad():
+        x1 = torch.randn(1, 1, 128)  # one token: gemv_4bit, W never materialized
+        want = F.gemv_4bit(x1, layer.weight, state=layer.weight.quant_state) + layer.bias
+        assert_same_bits(layer(x1), want)
+        xb = torch.randn(4, 7, 128)  # a batch: dequantize + dense matmul
+        assert_same_bits(layer(xb), torch.nn.functional.linear(xb, W, layer.bias))
+
+
+def test_compute_dtype_and_input_dtype():
+    dense, layer = make_linear(compute_dtype=torch.bfloat16)
+    layer = layer.to("cpu")
+    with torch.no_grad():
+        y = layer(torch.randn(3, 128))
+    assert y.dtype == torch.float32  # computed in bf16, returned in the input's dtype
+    with torch.no_grad():
+        assert layer(torch.randn(3, 128, dtype=torch.float16)).dtype == torch.float16
+
+
+def test_autograd_to_input_and_bias():
+    dense, layer = make_linear(compress=False)
+    layer = layer.to("cpu")
+    layer.bias.requires_grad_(True)
+    W = F.dequantize_4bit(layer.weight, layer.weight.quant_state)
+    for x in (torch.randn(5, 128, requires_grad=True), torch.randn(1, 128, requires_grad=True)):
+        layer(x).pow(2).sum().backward()
+        x2 = x.detach().clone().requires_grad_(True)
+        b2 = layer.bias.detach().clone().requires_grad_(True)
+        torch.nn.functional.linear(x2, W, b2).pow(2).sum().backward()
+        torch.testing.assert_close(x.grad, x2.grad)
+        torch.testing.assert_close(layer.bias.grad, b2.grad)
+        layer.bias.grad = None
+
+
+def test_unquantized_module_says_what_to_do():
+    _, layer = make_linear()
+    with pytest.raises(RuntimeError, match="move the module to a device"):
+        layer(torch.randn(1, 128))
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_state_dict_round_trip(compress):
+    _, layer = make_linear("fp4", compress)
+    layer = layer.to("cpu")
+    sd = layer.state_dict()
+    keys = {"weight", "bias", "weight.absmax", "weight.quant_map", "weight.quant_state.bitsandbytes__fp4"}
+    if compress:
+        keys |= {"weight.nested_absmax", "weight.nested_quant_map"}
+    assert set(sd) == keys
+    buf = io.BytesIO()
+    torch.save(sd, buf)
+    buf.seek(0)
+    fresh = bnb.nn.Linear4bit(128, 96, quant_type="fp4")
+    fresh.load_state_dict(torch.load(buf))
+    assert fresh.weight.bnb_quantized and fresh.weight.quant_state == layer.weight.quant_state
+    x = torch.randn(2, 128)
+    with torch.no_grad():
+        assert_same_bits(fresh(x), layer(x))
+
+
+def test_loads_a_bitsandbytes_state_dict():
+    # Written out by hand as bitsandbytes 0.50 saves an NF4 Linear4bit with compress_statistics=True.
+    W = torch.randn(96, 128)
+    packed, absmax = torch.ops.bnb.quantize_4bit(W, 64, "nf4", torch.uint8)
+    offset = absmax.mean()
+    q_absmax, nested_absmax = torch.ops.bnb.quantize_blockwise(absmax - offset, F.create_dynamic_map(), 256)
+    meta = {"quant_type": "nf4", "blocksize": 64, "dtype": "float32", "shape": [96, 128],
+            "nested_blocksize": 256, "nested_dtype": "float32", "nested_offset": offset.item()}
+    sd = {
+        "weight": packed,
+        "bias": torch.zeros(96),
+        "weight.absmax": q_absmax,
+        "weight.quant_map": F.get_4bit_type("nf4"),
+        "weight.nested_absmax": nested_absmax,
+        "weight.nested_quant_map": F.create_dynamic_map(),
+        "weight.quant_state.bitsandbytes__nf4": torch.tensor(list(json.dumps(meta).encode()), dtype=torch.uint8),
+    }
+    layer = bnb.nn.Linear4bit(128, 96, quant_type="nf4")
+    layer.load_state_dict(sd)
+    state = layer.weight.quant_state
+    assert state.nested and state.blocksize == 64 and state.shape == (96, 128) and state.quant_type == "nf4"
+    W_back = torch.ops.bnb.dequantize_4bit(packed, absmax, 64, "nf4", [96, 128], torch.float32)
+    torch.testing.assert_close(F.dequantize_4bit(layer.weight, state), W_back, rtol=0.02, atol=2e-3)
+
+
+def test_compile_fullgraph_no_graph_breaks():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(bnb.nn.LinearNF4(128, 256), torch.nn.GELU(), bnb.nn.LinearFP4(256, 64)).to("cpu")
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.no_grad():
+        for x in (torch.randn(1, 128), torch.randn(8, 128)):  # the gemv and the dense path
+            torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_copies_and_pickling():
+    _, layer = make_linear()
+    layer = layer.to("cpu")
+    clone = copy.deepcopy(layer)
+    assert clone.weight.quant_state == layer.weight.quant_state
+    assert clone.weight.data_ptr() != layer.weight.data_ptr()
+    buf = io.BytesIO()
+    torch.save(layer, buf)
+    buf.seek(0)
+    again = torch.load(buf, weights_only=False)
+    x = torch.randn(2, 128)
+    with torch.no_grad():
+        assert_same_bits(again(x), layer(x))
+
+
+@pytest.mark.parametrize("dim", [128, 96])  # a multiple of the blocksize (row lookups) and not (whole table)
+@pytest.mark.parametrize("cls", [bnb.nn.EmbeddingNF4, bnb.nn.EmbeddingFP4])
+def test_embedding4bit(cls, dim):
+    torch.manual_seed(0)
+    dense = torch.nn.Embedding(50, dim)
+    emb = cls(50, dim)
+    emb.load_state_dict(dense.state_dict())
+    emb = emb.to("cpu")
+    idx = torch.tensor([[0, 7, 49], [3, 3, 1]])
+    table = F.dequantize_4bit(emb.weight, emb.weight.quant_state)
+    assert_same_bits(emb(idx), torch.nn.functional.embedding(idx, table))
+    assert (emb(idx) - dense(idx)).abs().mean() < 0.15
