@@ -230,7 +230,9 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
         hn::StoreU(hn::DemoteTo(DU8(), p), DU8(), pos + (i - lo));
       }
     }
-    for (; i < hi; ++i) pos[i - lo] = static_cast<uint8_t>(SortedPosition4(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax)));
+    for (; i < hi; ++i) {
+      pos[i - lo] = static_cast<uint8_t>(SortedPosition4(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax)));
+    }
 
     // Pass 2: positions to codes, packed two per byte. In a 16-bit lane the even element is the low byte
     // (little-endian) and goes to the high nibble.

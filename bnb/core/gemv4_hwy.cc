@@ -1,13 +1,18 @@
 // Vectorized 4-bit matrix-vector product, compiled once per instruction set by Highway and picked at run time.
 //
-// Single-token inference is bound by reading W, so each packed byte is read once and dequantized in registers:
-// a vector of N bytes (2N weights) is widened to 32-bit lanes, its high nibbles (even elements) and low nibbles
-// (odd elements) index the 16 code values held in registers (permutes, no gathers), and each half is multiplied
-// with A split the same way beforehand (A's even and odd elements in two arrays), so no lanes are shuffled back
-// into element order. Within one absmax block the products of unscaled code values are summed, then the block's
-// sum is scaled by its absmax: one multiply per block instead of one per weight.
+// Each packed byte of W is read once and dequantized in registers; its high nibble (an even element) and low nibble
+// (the odd one) are multiplied with A's even and odd elements, split into two arrays beforehand, so no lanes are
+// shuffled back into element order. Code values are summed unscaled and each group's sum is multiplied by its
+// absmax: one multiply per block (or per vector of weights) instead of one per weight.
 //
-// Rows are processed a slice of K at a time, so the slice of A being read stays in L1 while W streams through.
+// Two ways to look up the 16 code values, both without gathers:
+//   - fast path (K a multiple of 32, the usual case): byte shuffles within 128-bit blocks on a whole byte vector
+//     (BytePlanes), with A permuted beforehand into the order those shuffles produce;
+//   - general path (any K, row starts mid-byte, the rest of a row): 32-bit permutes (Table16), per absmax block.
+// On Zen 3 a cross-lane 32-bit permute costs about three byte shuffles, so the fast path is about twice as fast.
+//
+// Rows are read whole: slicing K so that A stays in L1 measured slower here (W read in short strided runs costs
+// more than A from L2), so only K beyond kSliceK is sliced.
 #include <algorithm>
 #include <vector>
 
@@ -42,13 +47,20 @@ using DI = hn::RebindToSigned<DF>;
 using DU8 = hn::Rebind<uint8_t, DF>;
 using VF = hn::Vec<DF>;
 using VI = hn::Vec<DI>;
+using D8 = hn::ScalableTag<uint8_t>;
+using D16 = hn::RepartitionToWide<D8>;
+using V8 = hn::Vec<D8>;
 
 constexpr size_t kN = hn::MaxLanes(DF());
+// The fast path reads one byte vector per step: kBytes bytes, 2 * kBytes weights.
+constexpr size_t kBytes = hn::MaxLanes(D8());
+constexpr int64_t kChunk = 2 * static_cast<int64_t>(kBytes);
 
-// Elements of K per pass over the rows: 4096 floats of A (16 KiB, 32 KiB when K is odd) stay in L1.
-constexpr int64_t kSliceK = 4096;
+// Elements of K per pass over the rows: the A arrays of one slice (3 * 256 KiB) stay in L2.
+constexpr int64_t kSliceK = 65536;
+static_assert(kSliceK % kChunk == 0, "slices hold whole chunks");
 
-// The 16 code values in registers, looked up per lane.
+// The 16 code values in registers, looked up per 32-bit lane (the general path).
 struct Table16 {
   static constexpr size_t kRegs = kN >= 16 ? 1 : 16 / kN;
   VF reg[kRegs];
@@ -75,15 +87,58 @@ struct Table16 {
   }
 };
 
+// The 16 code values as four byte planes (plane j: byte j of each value), for the fast path. Cross-lane 32-bit
+// permutes are slow on many x86 cores (3x a byte shuffle on Zen 3); byte shuffles within 128-bit blocks are not.
+// A vector of kBytes nibble indices becomes four float vectors: byte lookups give each value's four bytes, and two
+// rounds of interleaving (8-bit, then 16-bit, within each 128-bit block) assemble them. Float vector q, block L,
+// lane r then holds the value of index 16 * L + 4 * q + r; A is laid out in the same order beforehand.
+struct BytePlanes {
+  V8 plane[4];
+
+  explicit BytePlanes(const float* code16) {
+    HWY_ALIGN uint8_t bytes[4][16];
+    for (int c = 0; c < 16; ++c) {
+      const uint32_t bits = FloatToBits(code16[c]);
+      for (int j = 0; j < 4; ++j) bytes[j][c] = static_cast<uint8_t>(bits >> (8 * j));
+    }
+    for (int j = 0; j < 4; ++j) plane[j] = hn::LoadDup128(D8(), bytes[j]);
+  }
+
+  // sum over q of values(idx)[q] * a[q * kN ...], as one vector.
+  HWY_INLINE VF Dot(V8 idx, const float* a, VF acc) const {
+    const D8 d8;
+    const D16 d16;
+    const DF df;
+    const V8 b0 = hn::TableLookupBytes(plane[0], idx);
+    const V8 b1 = hn::TableLookupBytes(plane[1], idx);
+    const V8 b2 = hn::TableLookupBytes(plane[2], idx);
+    const V8 b3 = hn::TableLookupBytes(plane[3], idx);
+    const auto l01 = hn::BitCast(d16, hn::InterleaveLower(d8, b0, b1));
+    const auto h01 = hn::BitCast(d16, hn::InterleaveUpper(d8, b0, b1));
+    const auto l23 = hn::BitCast(d16, hn::InterleaveLower(d8, b2, b3));
+    const auto h23 = hn::BitCast(d16, hn::InterleaveUpper(d8, b2, b3));
+    acc = hn::MulAdd(hn::BitCast(df, hn::InterleaveLower(d16, l01, l23)), hn::LoadU(df, a), acc);
+    VF acc1 = hn::Mul(hn::BitCast(df, hn::InterleaveUpper(d16, l01, l23)), hn::LoadU(df, a + kN));
+    acc = hn::MulAdd(hn::BitCast(df, hn::InterleaveLower(d16, h01, h23)), hn::LoadU(df, a + 2 * kN), acc);
+    acc1 = hn::MulAdd(hn::BitCast(df, hn::InterleaveUpper(d16, h01, h23)), hn::LoadU(df, a + 3 * kN), acc1);
+    return hn::Add(acc, acc1);
+  }
+};
+
 // A widened to float, and split by nibble. A row whose first flat element m * K is even starts on a byte: byte t of
 // the row holds elements 2t (high nibble) and 2t + 1 (low), multiplied by hi[0][t] = A[2t] and lo[0][t] = A[2t + 1].
 // A row starting on an odd flat element (odd K, odd m) starts with a low nibble; its byte-aligned part pairs
 // hi[1][t] = A[2t + 1] with lo[1][t] = A[2t + 2].
+// When K is a multiple of 32, every row starts on a multiple of 32 and the fast path applies to its whole chunks:
+// hi_fast / lo_fast hold hi[0] / lo[0] in BytePlanes' order, chunk by chunk.
 struct SplitA {
   std::vector<float> a;
   std::vector<float> hi[2], lo[2];
+  std::vector<float> hi_fast, lo_fast;
+  bool fast;
+  int64_t fast_end;  // the fast path covers row elements [0, fast_end)
 
-  SplitA(DType dtype, const void* A, int64_t K) : a(K) {
+  SplitA(DType dtype, const void* A, int64_t K) : a(K), fast(K % 32 == 0), fast_end(0) {
     for (int64_t k = 0; k < K; ++k) a[k] = LoadAsFloat(dtype, A, k);
     for (int par = 0; par < 2; ++par) {
       if (par == 1 && K % 2 == 0) break;  // every row starts on a byte
@@ -95,57 +150,110 @@ struct SplitA {
         lo[par][t] = a[2 * t + par + 1];
       }
     }
+    if (fast) {
+      const int64_t chunks = K / kChunk;
+      fast_end = chunks * kChunk;
+      hi_fast.resize(chunks * kBytes);
+      lo_fast.resize(chunks * kBytes);
+      for (int64_t c = 0; c < chunks; ++c) {
+        for (size_t block = 0; block < kBytes / 16; ++block) {
+          for (size_t q = 0; q < 4; ++q) {
+            for (size_t r = 0; r < 4; ++r) {
+              const int64_t to = c * kBytes + q * kN + 4 * block + r;
+              const int64_t t = c * kBytes + 16 * block + 4 * q + r;
+              hi_fast[to] = hi[0][t];
+              lo_fast[to] = lo[0][t];
+            }
+          }
+        }
+      }
+    }
   }
 };
 
-// sum over k in [k0, k1) of A[k] * W[m, k], in float32.
-HWY_INLINE float RowSlice(const SplitA& sa, const Table16& table, const uint8_t* B, const float* absmax,
-                          const float* code16, int64_t K, int block_shift, int64_t m, int64_t k0, int64_t k1) {
-  const DF df;
-  const DI di;
-  const int64_t N = static_cast<int64_t>(kN);
-  const int64_t base = m * K;
-  const int par = static_cast<int>(base & 1);
-  const float* a = sa.a.data();
-  const float* hi = sa.hi[par].data();
-  const float* lo = sa.lo[par].data();
-  const VI nibble = hn::Set(di, 0x0F);
+struct Kernel {
+  const SplitA& sa;
+  const Table16& table;
+  const BytePlanes& planes;
+  const uint8_t* B;
+  const float* absmax;
+  const float* code16;
+  int64_t K;
+  int block_shift;
 
-  VF total = hn::Zero(df);
-  float scalar_total = 0.0f;
-  int64_t f = base + k0;
-  const int64_t f_end = base + k1;
-  while (f < f_end) {
-    const int64_t block = f >> block_shift;
-    const int64_t seg_end = std::min(f_end, (block + 1) << block_shift);
-    float scalar_sum = 0.0f;
-    if (f & 1) {  // an odd row start: its low nibble first
-      scalar_sum += a[f - base] * code16[PackedCode4(B, f)];
-      ++f;
+  // sum over k in [k0, k1) of A[k] * W[m, k], in float32. k0 is a multiple of kChunk.
+  HWY_INLINE float RowSlice(int64_t m, int64_t k0, int64_t k1) const {
+    const DF df;
+    const int64_t base = m * K;
+    VF total = hn::Zero(df);
+    int64_t k = k0;
+    if (sa.fast) {
+      const D8 d8;
+      const V8 nibble = hn::Set(d8, 0x0F);
+      const int64_t fast_end = std::min(k1, sa.fast_end);
+      for (; k < fast_end; k += kChunk) {
+        const int64_t f = base + k;
+        const V8 bytes = hn::LoadU(d8, B + (f >> 1));
+        VF sum = planes.Dot(hn::ShiftRight<4>(bytes), sa.hi_fast.data() + (k >> 1), hn::Zero(df));
+        sum = planes.Dot(hn::And(bytes, nibble), sa.lo_fast.data() + (k >> 1), sum);
+        // Each 128-bit block of the chunk covers 32 weights starting at a multiple of 32: one absmax block.
+        const int64_t first = f >> block_shift;
+        VF scale;
+        if (first == ((f + kChunk - 1) >> block_shift)) {
+          scale = hn::Set(df, absmax[first]);
+        } else {
+          HWY_ALIGN float s[kN];
+          for (size_t block = 0; block < kBytes / 16; ++block) {
+            const float v = absmax[(f + 32 * static_cast<int64_t>(block)) >> block_shift];
+            for (int r = 0; r < 4; ++r) s[4 * block + r] = v;
+          }
+          scale = hn::Load(df, s);
+        }
+        total = hn::MulAdd(sum, scale, total);
+      }
     }
-    VF acc0 = hn::Zero(df), acc1 = hn::Zero(df), acc2 = hn::Zero(df), acc3 = hn::Zero(df);
-    for (; f + 4 * N <= seg_end; f += 4 * N) {
-      const int64_t t = (f - base - par) >> 1;
-      const VI x0 = hn::PromoteTo(di, hn::LoadU(DU8(), B + (f >> 1)));
-      const VI x1 = hn::PromoteTo(di, hn::LoadU(DU8(), B + (f >> 1) + N));
-      acc0 = hn::MulAdd(table.Lookup(hn::ShiftRight<4>(x0)), hn::LoadU(df, hi + t), acc0);
-      acc1 = hn::MulAdd(table.Lookup(hn::And(x0, nibble)), hn::LoadU(df, lo + t), acc1);
-      acc2 = hn::MulAdd(table.Lookup(hn::ShiftRight<4>(x1)), hn::LoadU(df, hi + t + N), acc2);
-      acc3 = hn::MulAdd(table.Lookup(hn::And(x1, nibble)), hn::LoadU(df, lo + t + N), acc3);
-    }
-    for (; f + 2 * N <= seg_end; f += 2 * N) {
-      const int64_t t = (f - base - par) >> 1;
-      const VI x = hn::PromoteTo(di, hn::LoadU(DU8(), B + (f >> 1)));
-      acc0 = hn::MulAdd(table.Lookup(hn::ShiftRight<4>(x)), hn::LoadU(df, hi + t), acc0);
-      acc1 = hn::MulAdd(table.Lookup(hn::And(x, nibble)), hn::LoadU(df, lo + t), acc1);
-    }
-    for (; f < seg_end; ++f) scalar_sum += a[f - base] * code16[PackedCode4(B, f)];
-    const float scale = absmax[block];
-    total = hn::MulAdd(hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3)), hn::Set(df, scale), total);
-    scalar_total += scalar_sum * scale;
+    return hn::GetLane(hn::SumOfLanes(df, total)) + General(m, k, k1);
   }
-  return hn::GetLane(hn::SumOfLanes(df, total)) + scalar_total;
-}
+
+  // The same sum for any alignment: per absmax block, 32-bit lookups, scalar ends.
+  HWY_INLINE float General(int64_t m, int64_t k0, int64_t k1) const {
+    const DF df;
+    const DI di;
+    const int64_t N = static_cast<int64_t>(kN);
+    const int64_t base = m * K;
+    const int par = static_cast<int>(base & 1);
+    const float* a = sa.a.data();
+    const float* hi = sa.hi[par].data();
+    const float* lo = sa.lo[par].data();
+    const VI nibble = hn::Set(di, 0x0F);
+
+    VF total = hn::Zero(df);
+    float scalar_total = 0.0f;
+    int64_t f = base + k0;
+    const int64_t f_end = base + k1;
+    while (f < f_end) {
+      const int64_t block = f >> block_shift;
+      const int64_t seg_end = std::min(f_end, (block + 1) << block_shift);
+      float scalar_sum = 0.0f;
+      if (f & 1) {  // an odd row start: its low nibble first
+        scalar_sum += a[f - base] * code16[PackedCode4(B, f)];
+        ++f;
+      }
+      VF acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+      for (; f + 2 * N <= seg_end; f += 2 * N) {
+        const int64_t t = (f - base - par) >> 1;
+        const VI x = hn::PromoteTo(di, hn::LoadU(DU8(), B + (f >> 1)));
+        acc0 = hn::MulAdd(table.Lookup(hn::ShiftRight<4>(x)), hn::LoadU(df, hi + t), acc0);
+        acc1 = hn::MulAdd(table.Lookup(hn::And(x, nibble)), hn::LoadU(df, lo + t), acc1);
+      }
+      for (; f < seg_end; ++f) scalar_sum += a[f - base] * code16[PackedCode4(B, f)];
+      const float scale = absmax[block];
+      total = hn::MulAdd(hn::Add(acc0, acc1), hn::Set(df, scale), total);
+      scalar_total += scalar_sum * scale;
+    }
+    return hn::GetLane(hn::SumOfLanes(df, total)) + scalar_total;
+  }
+};
 
 }  // namespace
 
@@ -157,12 +265,12 @@ void Gemv4Vec(DType dtype, const void* A, const uint8_t* B, const float* absmax,
   while ((int64_t{1} << block_shift) < blocksize) ++block_shift;  // blocksize is a power of two
   const SplitA sa(dtype, A, K);
   const Table16 table(code16);
+  const BytePlanes planes(code16);
+  const Kernel kernel{sa, table, planes, B, absmax, code16, K, block_shift};
   std::vector<float> acc(row_end - row_begin, 0.0f);
   for (int64_t k0 = 0; k0 < K; k0 += kSliceK) {
     const int64_t k1 = std::min(K, k0 + kSliceK);
-    for (int64_t m = row_begin; m < row_end; ++m) {
-      acc[m - row_begin] += RowSlice(sa, table, B, absmax, code16, K, block_shift, m, k0, k1);
-    }
+    for (int64_t m = row_begin; m < row_end; ++m) acc[m - row_begin] += kernel.RowSlice(m, k0, k1);
   }
   for (int64_t m = row_begin; m < row_end; ++m) StoreFromFloat(dtype, out, m, acc[m - row_begin]);
 }

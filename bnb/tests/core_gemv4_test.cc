@@ -38,8 +38,12 @@ struct Shape {
 
 // Row counts and K that exercise: one row; K not a multiple of the blocksize (blocks across rows); odd K and odd
 // N * K (rows starting mid-byte, a padded last byte); K above the kernel's K slice; blocks smaller than a vector.
-const Shape kShapes[] = {{1, 32, 32},   {3, 64, 32},   {7, 100, 64},  {5, 33, 32},    {9, 1000, 128}, {2, 257, 256},
-                         {3, 8200, 32}, {4, 4103, 4096}, {16, 4096, 64}, {11, 77, 2048}, {6, 4097, 64}};
+// K a multiple of 32 takes the kernel's fast path for whole chunks of the row, and the general one for the rest:
+// 96 and 8224 leave a rest, and with blocksize 64 put chunks across block boundaries. K above 65536 is sliced.
+const Shape kShapes[] = {{1, 32, 32},    {3, 64, 32},     {7, 100, 64},   {5, 33, 32},    {9, 1000, 128},
+                         {2, 257, 256},  {3, 8200, 32},   {4, 4103, 4096}, {16, 4096, 64}, {11, 77, 2048},
+                         {6, 4097, 64},  {7, 96, 64},     {5, 4160, 32},  {3, 8224, 4096}, {4, 8224, 64},
+                         {2, 128, 128},  {2, 65600, 64},  {1, 65601, 32}};
 
 class EveryIsa : public ::testing::TestWithParam<std::string> {
  protected:

@@ -5,5 +5,7 @@ cd "$(dirname "$0")/../.."
 tools/setup.sh >/dev/null
 .venv/bin/python tools/bench/cpu_blockwise8.py "$@"
 echo
+.venv/bin/python tools/bench/cpu_blockwise4.py "$@"
+echo
 echo "core kernels, one thread (bazel run -c opt //tools/bench:core_blockwise8_bench):"
 bazel run -c opt --noshow_progress //tools/bench:core_blockwise8_bench 2>/dev/null

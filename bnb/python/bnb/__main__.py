@@ -7,7 +7,7 @@ import sys
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bnb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="8-bit blockwise round trip over realistic weight shapes, as a table")
+    demo = sub.add_parser("demo", help="8-bit and NF4 round trips over realistic weight shapes, as a table")
     demo.add_argument("--blocksize", type=int, default=4096)
     demo.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="bfloat16")
     demo.add_argument("--repeat", type=int, default=3, help="timed runs per shape (the best is shown)")

@@ -1,4 +1,5 @@
-"""The main job for now: 8-bit blockwise quantization of realistic LLM weight shapes on the CPU, as a table."""
+"""The main job: quantize realistic LLM weight shapes on the CPU (8-bit blockwise and 4-bit NF4) and print how
+much smaller they get, how much error that costs, and how fast it runs."""
 
 import time
 
@@ -24,30 +25,46 @@ def _best_time(fn, repeat: int) -> float:
     return best
 
 
+def _formats(blocksize: int):
+    """(label, quantize(W) -> (q, state), dequantize(q, state), stored bytes of (q, state))."""
+    def bytes_8bit(q, s):
+        return q.numel() + s.absmax.numel() * 4
+
+    def bytes_nf4(q, s):
+        return q.numel() * q.element_size() + s.absmax.numel() + s.state2.absmax.numel() * 4
+
+    return [
+        (f"8-bit bs{blocksize}", lambda W: functional.quantize_blockwise(W, blocksize=blocksize),
+         functional.dequantize_blockwise, bytes_8bit),
+        ("nf4 bs64 nested", lambda W: functional.quantize_4bit(W, quant_type="nf4", compress_statistics=True),
+         functional.dequantize_4bit, bytes_nf4),
+    ]
+
+
 def run_demo(args) -> int:
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
-    print(f"bnb 8-bit blockwise quantization on the CPU: blocksize {args.blocksize}, {args.dtype} weights, "
-          f"instruction set {_C.cpu_isa()} (available: {', '.join(_C.cpu_isas())}), "
-          f"{torch.get_num_threads()} threads")
-    head = (f"{'tensor':<22}{'MB before':>10}{'MB after':>10}{'ratio':>7}{'mean abs err':>14}{'mean rel err':>14}"
-            f"{'quant GB/s':>12}{'dequant GB/s':>14}")
+    print(f"bnb quantization on the CPU: {args.dtype} weights, instruction set {_C.cpu_isa()} "
+          f"(available: {', '.join(_C.cpu_isas())}), {torch.get_num_threads()} threads")
+    head = (f"{'tensor':<25}{'format':<17}{'MB before':>10}{'MB after':>10}{'ratio':>7}{'mean abs err':>14}"
+            f"{'mean rel err':>14}{'quant GB/s':>12}{'dequant GB/s':>14}")
     print(head)
     print("-" * len(head))
     for name, rows, cols in SHAPES:
         if args.small:
             rows //= 8
         W = (torch.randn(rows, cols) * 0.02).to(dtype)
-        q, state = functional.quantize_blockwise(W, blocksize=args.blocksize)
-        back = functional.dequantize_blockwise(q, state)
         before = W.numel() * W.element_size()
-        after = q.numel() + state.absmax.numel() * 4
-        err = (back.float() - W.float()).abs()
-        rel = err / W.float().abs().clamp_min(1e-8)
-        tq = _best_time(lambda: functional.quantize_blockwise(W, blocksize=args.blocksize), args.repeat)
-        td = _best_time(lambda: functional.dequantize_blockwise(q, state), args.repeat)
-        # Throughput counts bytes read plus bytes written, as a memory copy would.
-        print(f"{name + (' /8' if args.small else ''):<22}{before / 1e6:>10.1f}{after / 1e6:>10.1f}"
-              f"{before / after:>7.2f}{err.mean().item():>14.3e}{rel[W != 0].mean().item():>14.3e}"
-              f"{(before + after) / tq / 1e9:>12.2f}{(before + after) / td / 1e9:>14.2f}")
+        for label, quantize, dequantize, stored in _formats(args.blocksize):
+            q, state = quantize(W)
+            back = dequantize(q, state)
+            after = stored(q, state)
+            err = (back.float() - W.float()).abs()
+            rel = err / (W.float().abs() + 1e-8)
+            tq = _best_time(lambda: quantize(W), args.repeat)
+            td = _best_time(lambda: dequantize(q, state), args.repeat)
+            # Throughput counts bytes read plus bytes written, as a memory copy would.
+            print(f"{name + (' /8' if args.small else ''):<25}{label:<17}{before / 1e6:>10.1f}{after / 1e6:>10.1f}"
+                  f"{before / after:>7.2f}{err.mean().item():>14.3e}{rel.mean().item():>14.3e}"
+                  f"{(before + after) / tq / 1e9:>12.2f}{(before + after) / td / 1e9:>14.2f}")
     return 0

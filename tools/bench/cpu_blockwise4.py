@@ -1,0 +1,77 @@
+"""CPU benchmark for 4-bit NF4: quantize/dequantize throughput beside a memory copy, and gemv_4bit beside
+F.linear with float32 and bfloat16 weights, all measured in one run.
+
+Throughput counts bytes read plus bytes written. gemv times are per call for one token (1 x K input).
+Run: tools/bench/run_cpu.sh, or .venv/bin/python tools/bench/cpu_blockwise4.py.
+"""
+
+import argparse
+import time
+
+import torch
+
+import bnb
+from bnb import functional as F
+
+
+def best_seconds(fn, repeat):
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--elements", type=int, default=64 * 1024 * 1024)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    n = args.elements
+    print(f"bnb {bnb.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"ISA {bnb._C.cpu_isa()}, NF4 blocksize 64")
+    head = f"{'case':<40}{'ms':>9}{'GB/s':>9}{'% of copy':>11}"
+    print(head)
+    print("-" * len(head))
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(n).to(dtype)
+        y = torch.empty_like(x)
+        esz = x.element_size()
+        t_copy = best_seconds(lambda: y.copy_(x), args.repeat)
+        copy_gbs = 2 * n * esz / t_copy / 1e9
+        packed, absmax = torch.ops.bnb.quantize_4bit(x, 64, "nf4", torch.uint8)
+        out = torch.empty_like(x)
+        t_q = best_seconds(lambda: torch.ops.bnb.quantize_4bit(x, 64, "nf4", torch.uint8), args.repeat)
+        t_d = best_seconds(lambda: torch.ops.bnb.dequantize_4bit.out(packed, absmax, 64, "nf4", [n], dtype,
+                                                                     out=out), args.repeat)
+        moved = n * esz + n // 2 + absmax.numel() * 4
+        name = str(dtype).removeprefix("torch.")
+        for case, t, nbytes in ((f"copy {name}", t_copy, 2 * n * esz), (f"quantize_4bit {name}", t_q, moved),
+                                (f"dequantize_4bit {name}", t_d, moved)):
+            gbs = nbytes / t / 1e9
+            print(f"{case:<40}{t * 1e3:>9.2f}{gbs:>9.2f}{100 * gbs / copy_gbs:>10.0f}%")
+
+    print()
+    head = f"{'gemv, one token':<28}{'gemv_4bit us':>14}{'F.linear fp32 us':>18}{'F.linear bf16 us':>18}"
+    print(head)
+    print("-" * len(head))
+    for N, K in ((4096, 4096), (11008, 4096)):
+        W = torch.randn(N, K) * 0.02
+        for dtype in (torch.float32, torch.bfloat16):
+            packed, state = F.quantize_4bit(W.to(dtype), blocksize=64, quant_type="nf4", compress_statistics=True)
+            a = torch.randn(1, K).to(dtype)
+            absmax = F._absmax_of(state)
+            t_g = best_seconds(lambda: torch.ops.bnb.gemv_4bit(a, packed, [N, K], absmax, state.code, 64),
+                               args.repeat * 4)
+            w32, w16 = W, W.bfloat16()
+            a32, a16 = a.float(), a.bfloat16()
+            t_32 = best_seconds(lambda: torch.nn.functional.linear(a32, w32), args.repeat * 4)
+            t_16 = best_seconds(lambda: torch.nn.functional.linear(a16, w16), args.repeat * 4)
+            name = f"{N}x{K} {str(dtype).removeprefix('torch.')} A"
+            print(f"{name:<28}{t_g * 1e6:>14.0f}{t_32 * 1e6:>18.0f}{t_16 * 1e6:>18.0f}")
+
+
+if __name__ == "__main__":
+    main()

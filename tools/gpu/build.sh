@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds bnb without Bazel and runs its GPU tests and benchmarks: the one command for the GPU machine (no network,
+# no Bazel). Needs the Debian packages from tools/gpu/fetch_deps.sh in .gpu-deps/ (carried there).
+#
+#   tools/gpu/build.sh [test|bench|all]      (default all; PYTHON=python3)
+#
+# Builds bnb._C from tools/gpu/sources.txt (Bazel's own list) into a staged package, then runs the CUDA-capable
+# pytest files and tools/bench/gpu_blockwise8.py with that package first on PYTHONPATH.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+python=${PYTHON:-python3}
+[[ $python == */* ]] && python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"  # tests run elsewhere
+what=${1:-all}
+work=${BNB_GPU_WORK:-/tmp/bnb-gpu}
+prefix=$work/prefix
+stage=$work/stage
+
+mkdir -p "$prefix" "$stage/bnb"
+for deb in .gpu-deps/*.deb; do
+  [[ -e $deb ]] || { echo "no .gpu-deps/*.deb: run tools/gpu/fetch_deps.sh where apt works, and carry .gpu-deps" >&2; exit 1; }
+  dpkg -x "$deb" "$prefix"
+done
+
+echo "[gpu] building bnb._C ($($python -c 'import torch; print("torch", torch.__version__)'))"
+t0=$(date +%s)
+BNB_DEPS_PREFIX=$prefix BNB_GEN_DIR=$work/gen MAX_JOBS=${MAX_JOBS:-$(nproc)} \
+  $python tools/gpu/setup_ext.py -q build_ext --build-lib "$stage" --build-temp "$work/tmp" >"$work/build.log" 2>&1 \
+  || { tail -50 "$work/build.log"; exit 1; }
+echo "[gpu] built in $(( $(date +%s) - t0 )) s"
+cp -r bnb/python/bnb/. "$stage/bnb/"
+version=$(sed -n 's/^BNB_VERSION = "\(.*\)"/\1/p' version.bzl)
+echo "__version__ = \"$version\"" > "$stage/bnb/_version.py"
+export PYTHONPATH=$stage
+export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+$python -c "import bnb, torch; print('[gpu] bnb', bnb.__version__, 'from', bnb.__file__, '| cuda:', torch.cuda.is_available())"
+
+status=0
+if [[ $what == test || $what == all ]]; then
+  # The test files import their helpers by plain name; run from their folder's view with importlib mode.
+  (cd bnb/tests && $python -m pytest -q -p no:cacheprovider --import-mode=importlib --rootdir="$root/bnb/tests" -rs \
+     test_cuda.py test_blockwise8.py test_blockwise4.py test_ops_contract.py test_functional.py test_nn4bit.py) \
+     || status=$?
+fi
+if [[ $what == bench || $what == all ]]; then
+  $python tools/bench/gpu_blockwise8.py || status=$?
+fi
+exit $status
