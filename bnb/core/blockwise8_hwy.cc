@@ -84,26 +84,22 @@ HWY_INLINE void StoreF32(VF v, void* base, int64_t i) {
 }
 
 // Codes of N scaled values in [-1, 1], by PreparedCodebook's bucket table: one gather and integer compares.
-// Lanes whose bucket is marked for search are redone by the scalar binary search (never, for the dynamic map).
+// Codebooks whose table has buckets marked for search (never the dynamic map) check for them and redo those
+// vectors with the scalar binary search.
 HWY_INLINE void StoreCodes(const PreparedCodebook& cb, VF v, uint8_t* out) {
   using P = PreparedCodebook;
   const DI di;
-  const auto bits = hn::BitCast(di, v);
-  const auto negative = hn::Lt(bits, hn::Zero(di));
-  const auto mag = hn::And(bits, hn::Set(di, 0x7FFFFFFF));
-  const auto clamped = hn::Min(hn::Max(mag, hn::Set(di, int32_t(P::kMagMin))), hn::Set(di, int32_t(P::kMagOne)));
-  const auto rel = hn::Sub(clamped, hn::Set(di, int32_t(P::kMagMin)));
-  auto bucket = hn::ShiftRight<P::kBucketShift>(rel);
-  bucket = hn::IfThenElse(negative, hn::Add(bucket, hn::Set(di, P::kBuckets)), bucket);
-  auto key = hn::And(rel, hn::Set(di, P::kKeyMask));
-  key = hn::IfThenElse(negative, hn::Xor(key, hn::Set(di, P::kKeyMask)), key);
+  const DU32 du32;
+  const auto bits = hn::BitCast(du32, v);
+  const auto bucket = hn::BitCast(di, hn::ShiftRight<P::kBucketShift>(bits));  // logical: the sign lands on bit 16
+  const auto key = hn::BitCast(di, hn::And(bits, hn::Set(du32, P::kKeyMask)));
   const auto e = hn::GatherIndex(di, cb.buckets.data(), bucket);
-  const auto above = hn::Gt(key, hn::And(e, hn::Set(di, P::kKeyMask)));
   const auto byte = hn::Set(di, 0xFF);  // the shifts are arithmetic: mask off the sign
-  const auto code = hn::IfThenElse(above, hn::And(hn::ShiftRight<24>(e), byte), hn::And(hn::ShiftRight<16>(e), byte));
+  const auto threshold = hn::And(e, hn::Set(di, 0xFFFF));
+  const auto high = hn::Gt(key, hn::Sub(threshold, hn::Set(di, 1)));  // key >= threshold
+  const auto code = hn::IfThenElse(high, hn::And(hn::ShiftRight<24>(e), byte), hn::And(hn::ShiftRight<16>(e), byte));
   hn::StoreU(hn::DemoteTo(DU8(), code), DU8(), out);
-  const auto search = hn::Ne(hn::And(e, hn::Set(di, P::kSearch)), hn::Zero(di));
-  if (HWY_UNLIKELY(!hn::AllFalse(di, search))) {
+  if (HWY_UNLIKELY(cb.needs_search) && !hn::AllFalse(di, hn::Eq(threshold, hn::Set(di, P::kSearch)))) {
     HWY_ALIGN float vs[hn::MaxLanes(DF())];
     hn::Store(v, DF(), vs);
     for (size_t j = 0; j < hn::Lanes(di); ++j) out[j] = NearestCode(cb, vs[j]);

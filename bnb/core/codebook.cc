@@ -128,27 +128,31 @@ namespace {
 // The bucket table, from the sorted positions at each bucket's two ends.
 void BuildBuckets(PreparedCodebook& cb) {
   using P = PreparedCodebook;
-  cb.buckets.assign(2 * P::kBuckets, 0);
-  for (int32_t b = 0; b < P::kBuckets; ++b) {
-    const uint32_t mag_lo = b == 0 ? 0u : P::kMagMin + (uint32_t(b) << P::kBucketShift);
-    const uint32_t mag_hi = std::min(P::kMagMin + (uint32_t(b + 1) << P::kBucketShift) - 1, P::kMagOne);
+  cb.buckets.assign(P::kTableSize, P::kSearch);
+  cb.needs_search = false;
+  for (int32_t b = 0; b < P::kPositiveBuckets; ++b) {
+    const uint32_t mag_lo = uint32_t(b) << P::kBucketShift, mag_hi = mag_lo | P::kKeyMask;
     for (int negative = 0; negative < 2; ++negative) {
       const float lo = negative ? -BitsToFloat(mag_hi) : BitsToFloat(mag_lo);
       const float hi = negative ? -BitsToFloat(mag_lo) : BitsToFloat(mag_hi);
       const int p_lo = SortedPosition(cb, lo), p_hi = SortedPosition(cb, hi);
-      int32_t key = P::kKeyMask, flags = 0;
+      const int32_t below = cb.sorted_to_code[p_lo], above = cb.sorted_to_code[std::min(p_hi, 255)];
+      int32_t threshold = 0x8000, low = below, high = below;
       if (p_hi == p_lo + 1) {
-        const float step = cb.midpoints[p_lo];
-        if ((FloatToBits(step) & 0x7FFFFFFFu) < P::kMagMin) {
-          flags = P::kSearch;  // clamped magnitudes cannot be told apart from the step
+        // v > step, in keys: a larger key for positive v, a smaller one for negative v.
+        const int32_t step_key = static_cast<int32_t>(FloatToBits(cb.midpoints[p_lo]) & P::kKeyMask);
+        if (negative) {
+          threshold = step_key;  // key >= step_key: at or below the step
+          low = above;
         } else {
-          key = BucketOf(step).key;
+          threshold = step_key + 1;
+          high = above;
         }
       } else if (p_hi > p_lo + 1) {
-        flags = P::kSearch;
+        threshold = P::kSearch;
+        cb.needs_search = true;
       }
-      cb.buckets[b + negative * P::kBuckets] =
-          key | flags | (cb.sorted_to_code[p_lo] << 16) | (cb.sorted_to_code[std::min(p_lo + 1, 255)] << 24);
+      cb.buckets[b + negative * P::kNegativeBuckets] = threshold | (low << 16) | (high << 24);
     }
   }
 }

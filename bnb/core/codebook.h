@@ -32,42 +32,28 @@ absl::StatusOr<std::vector<float>> ComputeDynamicMap(bool is_signed, int max_exp
 // number of midpoints strictly below v (so a tie goes to the lower value, and NaN goes to the lowest entry).
 // Among equal values the lowest code wins, as torch.argmin over |v - code| would pick.
 //
-// For speed, scaled values in [-1, 1] are also found through buckets of their float bits (see BucketOf): each
-// bucket spans 2^15 consecutive float magnitudes (1/256 of a binade) of one sign and holds at most one midpoint,
-// so one 32-bit table entry and one integer compare give the code. A bucket that spans several midpoints, or whose
-// midpoint lies below 2^-30 (where magnitudes are clamped), is marked for the binary search.
+// For speed, scaled values in [-1, 1] are also found through buckets of their float bits: bucket = bits >> 15
+// (2^15 consecutive magnitudes of one sign, 1/256 of a binade; negative values from kNegativeBuckets on) and
+// key = bits & 0x7FFF, the position inside the bucket. A bucket holding at most one midpoint is one table entry:
+// the code is `key >= threshold ? high : low`, one gather and an integer compare. A bucket spanning several
+// midpoints has threshold kSearch and takes the binary search.
 struct PreparedCodebook {
   std::array<float, kCodebookSize> values;            // the codebook as given, indexed by code
   std::array<float, kCodebookSize - 1> midpoints;     // (sorted[i] + sorted[i+1]) * 0.5f, ascending
   std::array<int32_t, kCodebookSize> sorted_to_code;  // lowest code holding the i-th smallest value
   bool is_sorted;                                     // sorted_to_code is the identity
-  // 2 * kBuckets entries, positive values first. Bits [0, 15): the step's key (0x7FFF: no step); bit 15: search;
-  // [16, 24): the code at or below the step; [24, 32): the code above it.
+  // Indexed by bits >> 15 (kTableSize entries; indexes between the two signs' ranges are never used). Bits
+  // [0, 16): threshold (0x8000: no midpoint; kSearch: several); [16, 24): low code; [24, 32): high code.
   std::vector<int32_t> buckets;
+  bool needs_search;  // some bucket in use has threshold kSearch
 
-  static constexpr uint32_t kMagMin = 0x30800000u;  // 2^-30: smaller magnitudes share bucket 0 of their sign
-  static constexpr uint32_t kMagOne = 0x3F800000u;  // 1.0f
   static constexpr int kBucketShift = 15;
   static constexpr int32_t kKeyMask = (1 << kBucketShift) - 1;
-  static constexpr int32_t kSearch = 1 << 15;
-  static constexpr int32_t kBuckets = static_cast<int32_t>((kMagOne - kMagMin) >> kBucketShift) + 1;
+  static constexpr int32_t kSearch = 0xFFFF;
+  static constexpr int32_t kPositiveBuckets = (0x3F800000 >> kBucketShift) + 1;  // magnitudes up to 1.0f
+  static constexpr int32_t kNegativeBuckets = 1 << (31 - kBucketShift);          // first index of the negative ones
+  static constexpr int32_t kTableSize = kNegativeBuckets + kPositiveBuckets;
 };
-
-// Where a scaled value v in [-1, 1] (not NaN) falls: its bucket, and its key within the bucket, which grows with v.
-struct BucketAndKey {
-  int32_t bucket;
-  int32_t key;
-};
-inline BucketAndKey BucketOf(float v) {
-  using P = PreparedCodebook;
-  const uint32_t bits = FloatToBits(v);
-  uint32_t mag = bits & 0x7FFFFFFFu;
-  mag = mag < P::kMagMin ? P::kMagMin : mag > P::kMagOne ? P::kMagOne : mag;
-  const uint32_t rel = mag - P::kMagMin;
-  const bool negative = bits >> 31;
-  return {static_cast<int32_t>(rel >> P::kBucketShift) + (negative ? P::kBuckets : 0),
-          static_cast<int32_t>(rel & P::kKeyMask) ^ (negative ? P::kKeyMask : 0)};
-}
 
 // Fails, naming the entry, when `n` is not 256 or an entry is not finite.
 absl::StatusOr<PreparedCodebook> PrepareCodebook(const float* code, int64_t n);

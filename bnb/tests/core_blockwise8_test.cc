@@ -17,8 +17,8 @@ PreparedCodebook DynamicCodebook() {
   return *cb;
 }
 
-// Unsorted, with duplicates, a cluster of values closer than one bucket and a midpoint below 2^-30: every lookup
-// path of the bucket table is taken.
+// Unsorted, with duplicates, a cluster of values closer than one bucket and a midpoint at 0 (between +-1e-10):
+// every lookup path of the bucket table is taken.
 PreparedCodebook AwkwardCodebook() {
   std::vector<float> code(256);
   std::mt19937 rng(11);
@@ -33,13 +33,17 @@ PreparedCodebook AwkwardCodebook() {
 
 int SearchBuckets(const PreparedCodebook& cb) {
   int n = 0;
-  for (int32_t e : cb.buckets) n += (e & PreparedCodebook::kSearch) != 0;
+  for (int32_t e : cb.buckets) n += (e & 0xFFFF) == PreparedCodebook::kSearch;
   return n;
 }
 
 TEST(BucketTable, DynamicMapNeedsNoSearchAwkwardOneDoes) {
-  EXPECT_EQ(SearchBuckets(DynamicCodebook()), 0);
-  EXPECT_GT(SearchBuckets(AwkwardCodebook()), 0);
+  // Entries between the two signs' ranges are never read and also hold kSearch: count beyond those.
+  const int unused = PreparedCodebook::kNegativeBuckets - PreparedCodebook::kPositiveBuckets;
+  EXPECT_EQ(SearchBuckets(DynamicCodebook()), unused);
+  EXPECT_GT(SearchBuckets(AwkwardCodebook()), unused);
+  EXPECT_FALSE(DynamicCodebook().needs_search);
+  EXPECT_TRUE(AwkwardCodebook().needs_search);
 }
 
 // Raw element bits for `dtype`, from float values.
