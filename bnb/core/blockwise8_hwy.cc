@@ -10,78 +10,12 @@
 #define HWY_TARGET_INCLUDE "bnb/core/blockwise8_hwy.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "bnb/core/hwy_common-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace bnb::core {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-using DF = hn::ScalableTag<float>;
-using DI = hn::RebindToSigned<DF>;
-using DU32 = hn::RebindToUnsigned<DF>;
-using DU16 = hn::Rebind<uint16_t, DF>;
-using DU8 = hn::Rebind<uint8_t, DF>;
-using VF = hn::Vec<DF>;
-
-// x86 targets from AVX2 up have F16C, whose conversions round exactly as FloatToHalf does; elsewhere Highway
-// 1.0's emulated narrowing is not round-to-nearest-even, so those targets narrow with the scalar routine.
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3_ZEN4
-constexpr bool kNativeHalf = true;
-#else
-constexpr bool kNativeHalf = false;
-#endif
-
-template <DType kT>
-HWY_INLINE VF LoadF32(const void* base, int64_t i) {
-  const DF df;
-  if constexpr (kT == DType::kFloat32) {
-    return hn::LoadU(df, static_cast<const float*>(base) + i);
-  } else if constexpr (kT == DType::kBFloat16) {
-    const DU32 du32;
-    const auto bits = hn::PromoteTo(du32, hn::LoadU(DU16(), static_cast<const uint16_t*>(base) + i));
-    return hn::BitCast(df, hn::ShiftLeft<16>(bits));
-  } else if constexpr (kNativeHalf) {
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    return hn::PromoteTo(df, hn::LoadU(dh, static_cast<const hwy::float16_t*>(base) + i));
-  } else {
-    // Exact widening with integer ops (Highway 1.0's emulation mishandles some inputs).
-    const DU32 du32;
-    const auto h = hn::PromoteTo(du32, hn::LoadU(DU16(), static_cast<const uint16_t*>(base) + i));
-    const auto em = hn::And(h, hn::Set(du32, 0x7FFF));
-    const auto sign = hn::ShiftLeft<16>(hn::Xor(h, em));
-    const auto normal = hn::Add(hn::ShiftLeft<13>(em), hn::Set(du32, 112u << 23));
-    const auto inf_nan = hn::Or(hn::ShiftLeft<13>(em), hn::Set(du32, 0x7F800000u));
-    const VF subnormal = hn::Mul(hn::ConvertTo(df, hn::BitCast(DI(), em)), hn::Set(df, 1.0f / 16777216.0f));
-    const DI di;  // em fits in 15 bits: signed compares, which every target has
-    const auto emi = hn::BitCast(di, em);
-    auto bits = hn::IfThenElse(hn::RebindMask(du32, hn::Gt(emi, hn::Set(di, 0x7BFF))), inf_nan, normal);
-    bits = hn::IfThenElse(hn::RebindMask(du32, hn::Lt(emi, hn::Set(di, 0x400))), hn::BitCast(du32, subnormal), bits);
-    return hn::BitCast(df, hn::Or(bits, sign));
-  }
-}
-
-template <DType kT>
-HWY_INLINE void StoreF32(VF v, void* base, int64_t i) {
-  const DF df;
-  if constexpr (kT == DType::kFloat32) {
-    hn::StoreU(v, df, static_cast<float*>(base) + i);
-  } else if constexpr (kT == DType::kBFloat16) {
-    const DU32 du32;
-    const DI di;
-    const auto bits = hn::BitCast(du32, v);
-    const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du32, 1));
-    auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du32, 0x7FFF), lsb)));
-    rounded = hn::IfThenElse(hn::RebindMask(du32, hn::IsNaN(v)), hn::Set(du32, 0x7FC0), rounded);
-    hn::StoreU(hn::DemoteTo(DU16(), hn::BitCast(di, rounded)), DU16(), static_cast<uint16_t*>(base) + i);
-  } else if constexpr (kNativeHalf) {
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    hn::StoreU(hn::DemoteTo(dh, v), dh, static_cast<hwy::float16_t*>(base) + i);
-  } else {
-    HWY_ALIGN float tmp[hn::MaxLanes(df)];
-    hn::Store(v, df, tmp);
-    for (size_t k = 0; k < hn::Lanes(df); ++k) StoreFromFloat(DType::kFloat16, base, i + k, tmp[k]);
-  }
-}
 
 // Codes of N scaled values in [-1, 1], by PreparedCodebook's bucket table: one gather and integer compares.
 // Codebooks whose table has buckets marked for search (never the dynamic map) check for them and redo those
@@ -116,21 +50,7 @@ void QuantizeT(const void* x, const PreparedCodebook& cb, const Blockwise8Range&
     const int64_t hi = std::min(lo + r.blocksize, r.n);
     const int64_t vec_end = lo + (hi - lo) / N * N;
 
-    VF vmax = hn::Zero(df);
-    VF nan = hn::Zero(df);  // all-ones lanes where a NaN was seen
-    for (int64_t i = lo; i < vec_end; i += N) {
-      const VF v = LoadF32<kT>(x, i);
-      nan = hn::Or(nan, hn::VecFromMask(df, hn::IsNaN(v)));
-      vmax = hn::Max(vmax, hn::Abs(v));
-    }
-    float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
-    bool any_nan = !hn::AllFalse(df, hn::MaskFromVec(nan));
-    for (int64_t i = vec_end; i < hi; ++i) {
-      const float v = LoadAsFloat(kT, x, i);
-      any_nan |= std::isnan(v);
-      amax = std::max(amax, std::fabs(v));
-    }
-    if (any_nan) amax = NAN;
+    const float amax = BlockAbsmax<kT>(x, lo, hi);
     absmax[b] = amax;
 
     int64_t i = lo;

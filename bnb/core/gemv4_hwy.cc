@@ -23,6 +23,7 @@
 #define HWY_TARGET_INCLUDE "bnb/core/gemv4_hwy.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "bnb/core/hwy_common-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace bnb::core {
@@ -42,16 +43,10 @@ void Gemv4Vec(DType dtype, const void* A, const uint8_t* B, const float* absmax,
 // File-local: other kernels' files define helpers of the same names in the same per-target namespaces.
 namespace {
 
-using DF = hn::ScalableTag<float>;
-using DI = hn::RebindToSigned<DF>;
-using DU8 = hn::Rebind<uint8_t, DF>;
-using VF = hn::Vec<DF>;
-using VI = hn::Vec<DI>;
 using D8 = hn::ScalableTag<uint8_t>;
 using D16 = hn::RepartitionToWide<D8>;
 using V8 = hn::Vec<D8>;
 
-constexpr size_t kN = hn::MaxLanes(DF());
 // The fast path reads one byte vector per step: kBytes bytes, 2 * kBytes weights.
 constexpr size_t kBytes = hn::MaxLanes(D8());
 constexpr int64_t kChunk = 2 * static_cast<int64_t>(kBytes);
@@ -61,31 +56,7 @@ constexpr int64_t kSliceK = 65536;
 static_assert(kSliceK % kChunk == 0, "slices hold whole chunks");
 
 // The 16 code values in registers, looked up per 32-bit lane (the general path).
-struct Table16 {
-  static constexpr size_t kRegs = kN >= 16 ? 1 : 16 / kN;
-  VF reg[kRegs];
-
-  explicit Table16(const float* code16) {
-    for (size_t k = 0; k < kRegs; ++k) reg[k] = hn::LoadU(DF(), code16 + k * kN);
-  }
-
-  // idx in [0, 16).
-  HWY_INLINE VF Lookup(VI idx) const {
-    const DF df;
-    const DI di;
-    if constexpr (kRegs == 1) {
-      return hn::TableLookupLanes(reg[0], hn::IndicesFromVec(df, idx));
-    } else {
-      const auto lane = hn::IndicesFromVec(df, hn::And(idx, hn::Set(di, static_cast<int32_t>(kN - 1))));
-      VF v = hn::TableLookupLanes(reg[0], lane);
-      for (size_t k = 1; k < kRegs; ++k) {
-        const auto in_k = hn::RebindMask(df, hn::Gt(idx, hn::Set(di, static_cast<int32_t>(k * kN - 1))));
-        v = hn::IfThenElse(in_k, hn::TableLookupLanes(reg[k], lane), v);
-      }
-      return v;
-    }
-  }
-};
+using Table16 = RegTable<16>;
 
 // The 16 code values as four byte planes (plane j: byte j of each value), for the fast path. Cross-lane 32-bit
 // permutes are slow on many x86 cores (3x a byte shuffle on Zen 3); byte shuffles within 128-bit blocks are not.
@@ -264,7 +235,7 @@ void Gemv4Vec(DType dtype, const void* A, const uint8_t* B, const float* absmax,
   int block_shift = 0;
   while ((int64_t{1} << block_shift) < blocksize) ++block_shift;  // blocksize is a power of two
   const SplitA sa(dtype, A, K);
-  const Table16 table(code16);
+  const Table16 table = Table16::FromArray(code16);
   const BytePlanes planes(code16);
   const Kernel kernel{sa, table, planes, B, absmax, code16, K, block_shift};
   std::vector<float> acc(row_end - row_begin, 0.0f);

@@ -5,22 +5,12 @@ Run: tools/bench/run_cpu.sh (or .venv/bin/python tools/bench/cpu_blockwise8.py [
 """
 
 import argparse
-import time
 
 import torch
 
 import bnb
 from bnb import functional as F
-
-
-def best_seconds(fn, repeat):
-    fn()  # warm-up: page faults, thread pool start
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+from timing import best_seconds
 
 
 def main():

@@ -1,0 +1,157 @@
+// Per-target helpers shared by the Highway kernels (blockwise8, blockwise4, gemv4): exact element loads and stores,
+// the absmax pass of a block, and small tables held in registers. Included once per target, after
+// hwy/foreach_target.h and hwy/highway.h, in the usual Highway -inl.h way.
+#if defined(BNB_CORE_HWY_COMMON_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef BNB_CORE_HWY_COMMON_INL_H_
+#undef BNB_CORE_HWY_COMMON_INL_H_
+#else
+#define BNB_CORE_HWY_COMMON_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+
+#include "bnb/core/dtype.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace bnb::core {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using DI = hn::RebindToSigned<DF>;
+using DU32 = hn::RebindToUnsigned<DF>;
+using DU16 = hn::Rebind<uint16_t, DF>;
+using DU8 = hn::Rebind<uint8_t, DF>;
+using VF = hn::Vec<DF>;
+using VI = hn::Vec<DI>;
+
+constexpr size_t kN = hn::MaxLanes(DF());
+
+// x86 targets from AVX2 up have F16C, whose conversions round exactly as FloatToHalf does; elsewhere Highway
+// 1.0's emulated narrowing is not round-to-nearest-even, so those targets narrow with the scalar routine.
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3_ZEN4
+constexpr bool kNativeHalf = true;
+#else
+constexpr bool kNativeHalf = false;
+#endif
+
+// Lanes(DF) elements of `kT` at base[i], widened exactly to float.
+template <DType kT>
+HWY_INLINE VF LoadF32(const void* base, int64_t i) {
+  const DF df;
+  if constexpr (kT == DType::kFloat32) {
+    return hn::LoadU(df, static_cast<const float*>(base) + i);
+  } else if constexpr (kT == DType::kBFloat16) {
+    const auto bits = hn::PromoteTo(DU32(), hn::LoadU(DU16(), static_cast<const uint16_t*>(base) + i));
+    return hn::BitCast(df, hn::ShiftLeft<16>(bits));
+  } else if constexpr (kNativeHalf) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, static_cast<const hwy::float16_t*>(base) + i));
+  } else {
+    // Integer widening (Highway 1.0's emulated PromoteTo mishandles some inputs). Exponent and mantissa fit in
+    // 15 bits, so signed compares (which every target has) order them.
+    const DU32 du32;
+    const DI di;
+    const auto h = hn::PromoteTo(du32, hn::LoadU(DU16(), static_cast<const uint16_t*>(base) + i));
+    const auto em = hn::And(h, hn::Set(du32, 0x7FFF));
+    const auto sign = hn::ShiftLeft<16>(hn::Xor(h, em));
+    const auto normal = hn::Add(hn::ShiftLeft<13>(em), hn::Set(du32, 112u << 23));  // rebias 15 -> 127
+    const auto inf_nan = hn::Or(hn::ShiftLeft<13>(em), hn::Set(du32, 0x7F800000u));
+    const VF subnormal = hn::Mul(hn::ConvertTo(df, hn::BitCast(di, em)), hn::Set(df, 1.0f / 16777216.0f));
+    const auto emi = hn::BitCast(di, em);
+    auto bits = hn::IfThenElse(hn::RebindMask(du32, hn::Gt(emi, hn::Set(di, 0x7BFF))), inf_nan, normal);
+    bits = hn::IfThenElse(hn::RebindMask(du32, hn::Lt(emi, hn::Set(di, 0x400))), hn::BitCast(du32, subnormal), bits);
+    return hn::BitCast(df, hn::Or(bits, sign));
+  }
+}
+
+// Stores Lanes(DF) floats to base[i] as `kT`, rounding to nearest even exactly as StoreFromFloat does.
+template <DType kT>
+HWY_INLINE void StoreF32(VF v, void* base, int64_t i) {
+  const DF df;
+  if constexpr (kT == DType::kFloat32) {
+    hn::StoreU(v, df, static_cast<float*>(base) + i);
+  } else if constexpr (kT == DType::kBFloat16) {
+    const DU32 du32;
+    const auto bits = hn::BitCast(du32, v);
+    const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du32, 1));
+    auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du32, 0x7FFF), lsb)));
+    rounded = hn::IfThenElse(hn::RebindMask(du32, hn::IsNaN(v)), hn::Set(du32, 0x7FC0), rounded);
+    // Lanes hold 16-bit values: the signed narrowing (all targets have it) keeps them.
+    hn::StoreU(hn::DemoteTo(DU16(), hn::BitCast(DI(), rounded)), DU16(), static_cast<uint16_t*>(base) + i);
+  } else if constexpr (kNativeHalf) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    hn::StoreU(hn::DemoteTo(dh, v), dh, static_cast<hwy::float16_t*>(base) + i);
+  } else {
+    HWY_ALIGN float tmp[kN];
+    hn::Store(v, df, tmp);
+    for (size_t k = 0; k < hn::Lanes(df); ++k) {
+      StoreFromFloat(DType::kFloat16, base, i + static_cast<int64_t>(k), tmp[k]);
+    }
+  }
+}
+
+// The absmax of elements [lo, hi) of x, by the rule of blockwise8.h: max |x|, or NaN when any element is NaN.
+template <DType kT>
+HWY_INLINE float BlockAbsmax(const void* x, int64_t lo, int64_t hi) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t vec_end = lo + (hi - lo) / N * N;
+  VF vmax = hn::Zero(df);
+  VF nan = hn::Zero(df);  // all-ones lanes where a NaN was seen (Max alone may drop NaN)
+  for (int64_t i = lo; i < vec_end; i += N) {
+    const VF v = LoadF32<kT>(x, i);
+    nan = hn::Or(nan, hn::VecFromMask(df, hn::IsNaN(v)));
+    vmax = hn::Max(vmax, hn::Abs(v));
+  }
+  float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  bool any_nan = !hn::AllFalse(df, hn::MaskFromVec(nan));
+  for (int64_t i = vec_end; i < hi; ++i) {
+    const float v = LoadAsFloat(kT, x, i);
+    any_nan |= std::isnan(v);
+    amax = std::max(amax, std::fabs(v));
+  }
+  return any_nan ? NAN : amax;
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// A table of kEntries floats (a power of two, at most 16) held in registers and looked up per lane.
+template <size_t kEntries>
+struct RegTable {
+  static constexpr size_t kRegs = kEntries > kN ? kEntries / kN : 1;
+  VF reg[kRegs];
+
+  static RegTable FromArray(const float* entries) {
+    HWY_ALIGN float buf[kRegs * kN] = {};
+    std::copy(entries, entries + kEntries, buf);
+    RegTable t;
+    for (size_t k = 0; k < kRegs; ++k) t.reg[k] = hn::Load(DF(), buf + k * kN);
+    return t;
+  }
+
+  // Entry idx of each lane; idx in [0, kEntries).
+  HWY_INLINE VF Lookup(VI idx) const {
+    const DF df;
+    const DI di;
+    if constexpr (kRegs == 1) {
+      return hn::TableLookupLanes(reg[0], hn::IndicesFromVec(df, idx));
+    } else {
+      const auto lane = hn::IndicesFromVec(df, hn::And(idx, hn::Set(di, static_cast<int32_t>(kN - 1))));
+      VF v = hn::TableLookupLanes(reg[0], lane);
+      for (size_t k = 1; k < kRegs; ++k) {
+        const auto in_k = hn::RebindMask(df, hn::Gt(idx, hn::Set(di, static_cast<int32_t>(k * kN - 1))));
+        v = hn::IfThenElse(in_k, hn::TableLookupLanes(reg[k], lane), v);
+      }
+      return v;
+    }
+  }
+};
+#endif  // HWY_TARGET != HWY_SCALAR
+
+}  // namespace HWY_NAMESPACE
+}  // namespace bnb::core
+HWY_AFTER_NAMESPACE();
+
+#endif  // BNB_CORE_HWY_COMMON_INL_H_
