@@ -95,3 +95,12 @@ def test_cli_prints_every_knob_and_its_source(clean_env):
         assert e["name"] in out
     line = next(l for l in out.splitlines() if l.startswith("cpu.threads"))
     assert " 3 " in line and "env BNB_CPU_THREADS" in line
+
+
+def test_cli_reports_a_bad_file_without_a_traceback(clean_env):
+    (clean_env / "bnb.toml").write_text("[cpu]\nthreads = 'x'\n")
+    run = subprocess.run([sys.executable, "-m", "bnb", "config"], capture_output=True, text=True, cwd=clean_env,
+                         env=dict(os.environ))
+    assert run.returncode == 2
+    assert "bnb.toml:2:11: cpu.threads: expected an integer, got 'x'" in run.stderr
+    assert "Traceback" not in run.stderr

@@ -47,4 +47,8 @@ def run_cache(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (ValueError, KeyError) as e:  # a bad config file or argument: its message says what and where
+        print(f"bnb: {e}", file=sys.stderr)
+        sys.exit(2)
