@@ -1,15 +1,23 @@
 // quantize_4bit / dequantize_4bit(.out) / gemv_4bit(.out) / gemm_4bit: argument checks and shape rules (shared by
-// the real and the Meta kernels through kIsMeta) and the CPU kernels over bnb/core. CUDA tensors use the
-// pure-torch reference kernels (CompositeExplicitAutograd) until the JIT templates for 4-bit land.
+// the real and the Meta kernels through kIsMeta), and the kernels: bnb/core on the CPU, bnb/jit's NVRTC templates
+// on CUDA.
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
+
+#include <map>
+#include <mutex>
 
 #include "bnb/core/blockwise4.h"
 #include "bnb/core/blockwise8.h"
 #include "bnb/core/gemv4.h"
+#include "bnb/jit/blockwise4.h"
+#include "bnb/jit/blockwise8.h"
+#include "bnb/jit/kernel_cache.h"
 #include "bnb/ops/checks.h"
-#include "bnb/ops/cpu_alloc.h"
+#include "bnb/ops/output_alloc.h"
 #include "bnb/ops/cpu_parallel.h"
+#include "bnb/ops/cuda_launch.h"
 
 namespace bnb::ops {
 namespace {
@@ -60,6 +68,20 @@ void CheckAbsmax(const char* op, const at::Tensor& absmax, const at::Tensor& A, 
 // The bytes of a packed tensor of any storage dtype, contiguous.
 at::Tensor PackedBytes(const at::Tensor& t) { return t.contiguous().view(at::kByte).reshape({-1}); }
 
+// The 16 values of a 4-bit type on `device`: the kernels read them from device memory. Made once per device and
+// type, so no call pays a host-to-device copy; never freed (a CUDA free during process exit can crash).
+const float* CodeOnDevice(Quant4 q, const at::Device& device) {
+  static std::mutex mu;
+  static auto* cache = new std::map<std::pair<int, int>, at::Tensor>();
+  std::lock_guard<std::mutex> lock(mu);
+  at::Tensor& t = (*cache)[{device.index(), static_cast<int>(q)}];
+  if (!t.defined()) {
+    const auto& values = bnb::core::Code4(q);
+    t = at::tensor(at::ArrayRef<float>(values.data(), values.size())).to(device);
+  }
+  return t.data_ptr<float>();
+}
+
 template <bool kIsMeta>
 std::tuple<at::Tensor, at::Tensor> Quantize4bit(const at::Tensor& A, int64_t blocksize, c10::string_view quant_type,
                                                 c10::ScalarType quant_storage) {
@@ -72,10 +94,21 @@ std::tuple<at::Tensor, at::Tensor> Quantize4bit(const at::Tensor& A, int64_t blo
   if constexpr (kIsMeta) {
     return {at::empty_symint({packed_rows, 1}, A.options().dtype(quant_storage)),
             at::empty_symint({NumBlocks(A.sym_numel(), blocksize)}, A.options().dtype(at::kFloat))};
+  } else if (A.is_cuda()) {
+    const c10::DeviceGuard guard(A.device());
+    const at::Tensor x = A.contiguous();
+    const int64_t n = x.numel();
+    at::Tensor bytes = at::empty({bnb::core::PackedSize4(n)}, A.options().dtype(at::kByte));
+    at::Tensor absmax = at::empty({NumBlocks(n, blocksize).expect_int()}, A.options().dtype(at::kFloat));
+    ThrowIfLaunchFailed(op, bnb::jit::LaunchQuantizeBlockwise4(
+                                bnb::jit::KernelCache::Global(), A.get_device(), dtype, q, x.data_ptr(),
+                                bytes.data_ptr<uint8_t>(), absmax.data_ptr<float>(), n, blocksize,
+                                CurrentCudaStream(A), CudaThreadsPerBlock(op)));
+    return {bytes.view(quant_storage).reshape({-1, 1}), absmax};
   } else {
     const at::Tensor x = A.contiguous();
     const int64_t n = x.numel();
-    at::Tensor bytes = EmptyCpuOutput({bnb::core::PackedSize4(n)}, A.options().dtype(at::kByte));
+    at::Tensor bytes = EmptyOutput({bnb::core::PackedSize4(n)}, A.options().dtype(at::kByte));
     at::Tensor absmax = at::empty({NumBlocks(n, blocksize).expect_int()}, A.options().dtype(at::kFloat));
     const void* xp = x.data_ptr();
     uint8_t* bp = bytes.data_ptr<uint8_t>();
@@ -99,12 +132,21 @@ bnb::core::DType CheckDequantize4(const char* op, const at::Tensor& A, const at:
   return out_type;
 }
 
-// Dequantizes with the 16 values `code16` into `out` (contiguous, n elements).
-void Dequantize4Into(const char* op, const at::Tensor& A, const at::Tensor& absmax, const float* code16,
-                     int64_t blocksize, bnb::core::DType out_type, at::Tensor& out) {
+// Dequantizes with the 4-bit type q into `out` (contiguous, n elements, on A's device).
+void Dequantize4Into(const char* op, const at::Tensor& A, const at::Tensor& absmax, Quant4 q, int64_t blocksize,
+                     bnb::core::DType out_type, at::Tensor& out) {
   const at::Tensor bytes = PackedBytes(A);
   const at::Tensor am = absmax.contiguous();
   const int64_t n = out.numel();
+  if (A.is_cuda()) {
+    const c10::DeviceGuard guard(A.device());
+    ThrowIfLaunchFailed(op, bnb::jit::LaunchDequantizeBlockwise4(
+                                bnb::jit::KernelCache::Global(), A.get_device(), out_type, bytes.data_ptr<uint8_t>(),
+                                CodeOnDevice(q, A.device()), am.data_ptr<float>(), out.data_ptr(), n, blocksize,
+                                CurrentCudaStream(A), CudaThreadsPerBlock(op)));
+    return;
+  }
+  const float* code16 = bnb::core::Code4(q).data();
   const uint8_t* bp = bytes.data_ptr<uint8_t>();
   const float* ap = am.data_ptr<float>();
   void* op_out = out.data_ptr();
@@ -121,9 +163,8 @@ at::Tensor Dequantize4bit(const at::Tensor& A, const at::Tensor& absmax, int64_t
   if constexpr (kIsMeta) {
     return at::empty(shape, A.options().dtype(dtype));
   } else {
-    at::Tensor out = EmptyCpuOutput(shape, A.options().dtype(dtype));
-    const Quant4 q = ParseQuantType(op, quant_type);
-    Dequantize4Into(op, A, absmax, bnb::core::Code4(q).data(), blocksize, out_type, out);
+    at::Tensor out = EmptyOutput(shape, A.options().dtype(dtype));
+    Dequantize4Into(op, A, absmax, ParseQuantType(op, quant_type), blocksize, out_type, out);
     return out;
   }
 }
@@ -137,12 +178,12 @@ void Dequantize4bitOut(const at::Tensor& A, const at::Tensor& absmax, int64_t bl
   CheckDType(op, "out", out, dtype);
   CheckSameDevice(op, "out", out, A);
   if constexpr (!kIsMeta) {
-    const float* code16 = bnb::core::Code4(ParseQuantType(op, quant_type)).data();
+    const Quant4 q = ParseQuantType(op, quant_type);
     if (out.is_contiguous()) {
-      Dequantize4Into(op, A, absmax, code16, blocksize, out_type, out);
+      Dequantize4Into(op, A, absmax, q, blocksize, out_type, out);
     } else {
       at::Tensor tmp = at::empty(shape, A.options().dtype(dtype));
-      Dequantize4Into(op, A, absmax, code16, blocksize, out_type, tmp);
+      Dequantize4Into(op, A, absmax, q, blocksize, out_type, tmp);
       out.copy_(tmp);
     }
   }
@@ -181,6 +222,13 @@ void Gemv4Into(const char* op, const at::Tensor& A, const at::Tensor& B, at::Int
   const bnb::core::DType dtype = FloatDType(op, "A", A.scalar_type());
   const at::Tensor a = A.contiguous(), bytes = PackedBytes(B), am = absmax.contiguous(), c = code.contiguous();
   const int64_t N = shapeB[0], K = shapeB[1];
+  if (A.is_cuda()) {
+    const c10::DeviceGuard guard(A.device());
+    ThrowIfLaunchFailed(op, bnb::jit::LaunchGemv4(bnb::jit::KernelCache::Global(), A.get_device(), dtype, a.data_ptr(),
+                                                  bytes.data_ptr<uint8_t>(), am.data_ptr<float>(), c.data_ptr<float>(),
+                                                  out.data_ptr(), N, K, blocksize, CurrentCudaStream(A)));
+    return;
+  }
   const void* ap = a.data_ptr();
   const uint8_t* bp = bytes.data_ptr<uint8_t>();
   const float* amp = am.data_ptr<float>();
@@ -262,13 +310,21 @@ at::Tensor Gemm4bit(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef sh
       const at::Tensor code8 = absmax_code->contiguous();
       scales = at::empty({absmax_8bit->numel()}, absmax.options());
       const int64_t m = codes8.numel();
-      bnb::core::DequantizeBlockwise8(bnb::core::DType::kFloat32, codes8.data_ptr<uint8_t>(), nested.data_ptr<float>(),
-                                      code8.data_ptr<float>(), {m, 256, 0, NumBlocks(m, 256).expect_int()},
-                                      scales.data_ptr());
-      scales.add_(absmax_offset->to(at::kFloat).reshape({}));
+      if (A.is_cuda()) {
+        const c10::DeviceGuard guard(A.device());
+        ThrowIfLaunchFailed(op, bnb::jit::LaunchDequantizeBlockwise8(
+                                    bnb::jit::KernelCache::Global(), A.get_device(), bnb::core::DType::kFloat32,
+                                    codes8.data_ptr<uint8_t>(), code8.data_ptr<float>(), nested.data_ptr<float>(),
+                                    scales.data_ptr(), m, 256, CurrentCudaStream(A), CudaThreadsPerBlock(op)));
+      } else {
+        bnb::core::DequantizeBlockwise8(bnb::core::DType::kFloat32, codes8.data_ptr<uint8_t>(),
+                                        nested.data_ptr<float>(), code8.data_ptr<float>(),
+                                        {m, 256, 0, NumBlocks(m, 256).expect_int()}, scales.data_ptr());
+      }
+      scales.add_(absmax_offset->to(scales.options()).reshape({}));
     }
     at::Tensor W = at::empty(shapeB, A.options());
-    Dequantize4Into(op, B, scales, bnb::core::Code4(q).data(), blocksize, dtype, W);
+    Dequantize4Into(op, B, scales, q, blocksize, dtype, W);
     return at::linear(A, W, bias.has_value() ? c10::optional<at::Tensor>(bias->to(A.scalar_type())) : c10::nullopt);
   }
 }
@@ -276,6 +332,15 @@ at::Tensor Gemm4bit(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef sh
 }  // namespace
 
 TORCH_LIBRARY_IMPL(bnb, CPU, m) {
+  m.impl("quantize_4bit", &Quantize4bit<false>);
+  m.impl("dequantize_4bit", &Dequantize4bit<false>);
+  m.impl("dequantize_4bit.out", &Dequantize4bitOut<false>);
+  m.impl("gemv_4bit", &Gemv4bit<false>);
+  m.impl("gemv_4bit.out", &Gemv4bitOut<false>);
+  m.impl("gemm_4bit", &Gemm4bit<false>);
+}
+
+TORCH_LIBRARY_IMPL(bnb, CUDA, m) {
   m.impl("quantize_4bit", &Quantize4bit<false>);
   m.impl("dequantize_4bit", &Dequantize4bit<false>);
   m.impl("dequantize_4bit.out", &Dequantize4bitOut<false>);

@@ -8,7 +8,7 @@
 #include "bnb/jit/blockwise8.h"
 #include "bnb/jit/kernel_cache.h"
 #include "bnb/ops/checks.h"
-#include "bnb/ops/cpu_alloc.h"
+#include "bnb/ops/output_alloc.h"
 #include "bnb/ops/cpu_parallel.h"
 #include "bnb/ops/cuda_launch.h"
 
@@ -54,7 +54,7 @@ std::tuple<at::Tensor, at::Tensor> QuantizeBlockwise(const at::Tensor& A, const 
                                 blocksize, CurrentCudaStream(A), CudaThreadsPerBlock(op)));
     return {codes, absmax};
   } else {
-    at::Tensor codes = EmptyCpuOutput(A.sizes(), A.options().dtype(at::kByte));
+    at::Tensor codes = EmptyOutput(A.sizes(), A.options().dtype(at::kByte));
     at::Tensor absmax = at::empty({NumBlocks(A.sym_numel(), blocksize).expect_int()}, A.options().dtype(at::kFloat));
     const int64_t n = A.numel();
     const int64_t blocks = absmax.numel();
@@ -117,8 +117,7 @@ at::Tensor DequantizeBlockwise(const at::Tensor& A, const at::Tensor& absmax, co
   if constexpr (kIsMeta) {
     return at::empty_symint(A.sym_sizes(), A.options().dtype(dtype));
   } else {
-    at::Tensor out = A.is_cpu() ? EmptyCpuOutput(A.sizes(), A.options().dtype(dtype))
-                                : at::empty(A.sizes(), A.options().dtype(dtype));
+    at::Tensor out = EmptyOutput(A.sizes(), A.options().dtype(dtype));
     DequantizeInto(op, A, absmax, code, blocksize, out_type, out);
     return out;
   }

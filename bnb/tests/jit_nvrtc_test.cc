@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "bnb/core/blockwise4.h"
 #include "bnb/jit/all_kernels.h"
+#include "bnb/jit/blockwise4.h"
 #include "bnb/jit/blockwise8.h"
 #include "bnb/jit/compiler.h"
 #include "bnb/jit/cuda_api.h"
@@ -85,6 +87,33 @@ TEST(Nvrtc, OtherThreadCounts) {
       }
     }
   }
+}
+
+TEST(Nvrtc, OtherShapes4Bit) {
+  SKIP_WITHOUT_NVRTC();
+  NvrtcCompiler compiler;
+  const std::vector<SourceFile> headers = Headers();
+  std::vector<KernelSpec> specs;
+  for (int threads : {32, 1024}) {
+    for (int64_t bs : {32, 4096}) {
+      specs.push_back(*Quantize4Spec(core::DType::kBFloat16, bs, core::Quant4::kFP4, threads, "sm_90"));
+      specs.push_back(*Dequantize4Spec(core::DType::kFloat16, bs, threads, "sm_90"));
+    }
+  }
+  for (auto [threads, rows] : {std::pair{32, 1}, std::pair{128, 4}, std::pair{1024, 8}}) {
+    specs.push_back(*Gemv4Spec(core::DType::kFloat32, threads, rows, "sm_90"));
+  }
+  for (const KernelSpec& spec : specs) {
+    absl::StatusOr<Binary> b = compiler.Compile(spec, SourceFor(spec), headers, *compiler.Options(spec));
+    EXPECT_TRUE(b.ok()) << b.status();
+  }
+}
+
+TEST(Nvrtc, Bad4BitShapesAreRejected) {
+  EXPECT_FALSE(Quantize4Spec(core::DType::kFloat32, 48, core::Quant4::kNF4, 0, "sm_90").ok());
+  EXPECT_FALSE(Dequantize4Spec(core::DType::kFloat32, 64, 96, "sm_90").ok());
+  EXPECT_FALSE(Gemv4Spec(core::DType::kFloat32, 256, 9, "sm_90").ok());
+  EXPECT_FALSE(Gemv4Spec(core::DType::kFloat32, 16, 1, "sm_90").ok());
 }
 
 TEST(Nvrtc, PtxBeyondKnownArchs) {

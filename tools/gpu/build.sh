@@ -44,5 +44,6 @@ if [[ $what == test || $what == all ]]; then
 fi
 if [[ $what == bench || $what == all ]]; then
   $python tools/bench/gpu_blockwise8.py || status=$?
+  $python tools/bench/gpu_blockwise4.py || status=$?
 fi
 exit $status

@@ -1,4 +1,4 @@
-#include "bnb/ops/cpu_alloc.h"
+#include "bnb/ops/output_alloc.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -21,10 +21,10 @@ void AdviseHugePages(void* data, size_t bytes) {
 
 }  // namespace
 
-at::Tensor EmptyCpuOutput(at::IntArrayRef sizes, const at::TensorOptions& options) {
+at::Tensor EmptyOutput(at::IntArrayRef sizes, const at::TensorOptions& options) {
   at::Tensor t = at::empty(sizes, options);
   const size_t bytes = t.nbytes();
-  if (bytes >= kAdviseFrom) {
+  if (t.is_cpu() && bytes >= kAdviseFrom) {
     absl::StatusOr<bool> enabled = bnb::core::Config::Global().GetBool("cpu.huge_pages");
     if (enabled.ok() && *enabled) AdviseHugePages(t.data_ptr(), bytes);
   }

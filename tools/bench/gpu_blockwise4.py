@@ -1,0 +1,103 @@
+"""GPU benchmark (run by tools/gpu/build.sh): NF4 quantize/dequantize on 256M bf16 elements beside a device-to-device
+copy in the same run, and gemv_4bit for one token against bf16 F.linear (8192x8192 and 28672x8192), with
+bitsandbytes side by side where installed.
+
+GPU time: a CUDA graph of back-to-back calls, replayed and timed with CUDA events (launch overhead excluded);
+eager time: wall time per synchronized call (launch overhead included). Bandwidth counts bytes read plus written.
+"""
+
+import time
+
+import torch
+
+N = 256 * 1024 * 1024
+REPEAT = 50
+
+
+def graph_us(fn):
+    """GPU time per call, from a CUDA graph holding REPEAT calls."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()  # warm-up: compiles and loads the kernel outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(REPEAT):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / REPEAT
+
+
+def eager_us(fn):
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(REPEAT):
+        fn()
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e6 / REPEAT
+
+
+def main():
+    import bnb
+    from bnb import functional as F
+    try:
+        import bitsandbytes  # noqa: F401
+        have_bnb = True
+    except ImportError:
+        have_bnb = False
+        print("(bitsandbytes not installed: no side-by-side rows)")
+    print(f"bnb {bnb.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
+
+    x = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    packed, absmax = torch.ops.bnb.quantize_4bit(x, 64, "nf4", torch.uint8)
+    out = torch.empty_like(x)
+    moved = 2 * N + N // 2 + absmax.numel() * 4
+    rows = [("copy bf16 (device to device)", lambda: y.copy_(x), 4 * N),
+            ("bnb quantize_4bit nf4 bs64", lambda: torch.ops.bnb.quantize_4bit(x, 64, "nf4", torch.uint8), moved),
+            ("bnb dequantize_4bit nf4 bs64",
+             lambda: torch.ops.bnb.dequantize_4bit.out(packed, absmax, 64, "nf4", [N], torch.bfloat16, out=out), moved)]
+    if have_bnb:
+        rows += [("bitsandbytes quantize_4bit",
+                  lambda: torch.ops.bitsandbytes.quantize_4bit(x, 64, "nf4", torch.uint8), moved),
+                 ("bitsandbytes dequantize_4bit",
+                  lambda: torch.ops.bitsandbytes.dequantize_4bit(packed, absmax, 64, "nf4", [N], torch.bfloat16),
+                  moved)]
+    head = f"{'case':<34}{'GPU us':>10}{'GB/s':>9}{'% of copy':>11}{'eager us':>10}"
+    print(head)
+    print("-" * len(head))
+    copy_gbs = None
+    for name, fn, nbytes in rows:
+        g = graph_us(fn)
+        gbs = nbytes / g / 1e3
+        copy_gbs = copy_gbs or gbs
+        print(f"{name:<34}{g:>10.1f}{gbs:>9.0f}{100 * gbs / copy_gbs:>10.0f}%{eager_us(fn):>10.1f}")
+    del x, y, out
+
+    print()
+    head = f"{'gemv, 1 token, bf16':<26}{'bnb GPU us':>12}{'F.linear us':>13}{'speed-up':>10}{'bnb eager us':>14}" + \
+           (f"{'bitsandbytes us':>17}" if have_bnb else "")
+    print(head)
+    print("-" * len(head))
+    for n_out, k in ((8192, 8192), (28672, 8192)):
+        W = torch.randn(n_out, k, device="cuda", dtype=torch.bfloat16) * 0.02
+        Wq, state = F.quantize_4bit(W, blocksize=64, quant_type="nf4")
+        a = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        gemv = lambda: torch.ops.bnb.gemv_4bit(a, Wq, [n_out, k], state.absmax, state.code, 64)  # noqa: E731
+        g, dense = graph_us(gemv), graph_us(lambda: torch.nn.functional.linear(a, W))
+        line = f"{f'{n_out}x{k}':<26}{g:>12.1f}{dense:>13.1f}{dense / g:>9.2f}x{eager_us(gemv):>14.1f}"
+        if have_bnb:
+            line += f"{graph_us(lambda: torch.ops.bitsandbytes.gemv_4bit(a, Wq, [n_out, k], state.absmax, state.code, 64)):>17.1f}"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
