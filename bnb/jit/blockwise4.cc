@@ -3,21 +3,12 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "bnb/jit/launch_shape.h"
 #include "bnb/core/blockwise8.h"
 #include "bnb/jit/blockwise8.h"
 
 namespace bnb::jit {
 namespace {
-
-bool IsPow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
-
-absl::Status CheckThreads(const char* what, int threads) {
-  if (!IsPow2(threads) || threads < 32 || threads > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " kernel: threads per block must be a power of two in [32, 1024], got ", threads));
-  }
-  return absl::OkStatus();
-}
 
 // Elements per thread per quant block, as bw4::Shape<> in blockwise4.cuh computes it.
 int64_t PerThread(int64_t blocksize, int threads, core::DType dtype) {
@@ -37,7 +28,7 @@ absl::StatusOr<KernelSpec> Quantize4Spec(core::DType dtype, int64_t blocksize, c
                                          const std::string& arch) {
   if (absl::Status st = core::CheckBlocksize(blocksize); !st.ok()) return st;
   if (threads == 0) threads = kDefaultBlockwise4Threads;
-  if (absl::Status st = CheckThreads("quantize_blockwise4", threads); !st.ok()) return st;
+  if (absl::Status st = CheckThreadsPerBlock("quantize_blockwise4", threads); !st.ok()) return st;
   KernelSpec s;
   s.template_name = "blockwise4";
   s.entry = "quantize_blockwise4";
@@ -54,7 +45,7 @@ absl::StatusOr<KernelSpec> Dequantize4Spec(core::DType dtype, int64_t blocksize,
                                            const std::string& arch) {
   if (absl::Status st = core::CheckBlocksize(blocksize); !st.ok()) return st;
   if (threads == 0) threads = kDefaultBlockwise4Threads;
-  if (absl::Status st = CheckThreads("dequantize_blockwise4", threads); !st.ok()) return st;
+  if (absl::Status st = CheckThreadsPerBlock("dequantize_blockwise4", threads); !st.ok()) return st;
   KernelSpec s;
   s.template_name = "blockwise4";
   s.entry = "dequantize_blockwise4";
@@ -68,7 +59,7 @@ absl::StatusOr<KernelSpec> Dequantize4Spec(core::DType dtype, int64_t blocksize,
 absl::StatusOr<KernelSpec> Gemv4Spec(core::DType dtype, int threads, int rows, const std::string& arch) {
   if (threads == 0) threads = kDefaultGemv4Threads;
   if (rows == 0) rows = kDefaultGemv4Rows;
-  if (absl::Status st = CheckThreads("gemv4", threads); !st.ok()) return st;
+  if (absl::Status st = CheckThreadsPerBlock("gemv4", threads); !st.ok()) return st;
   if (rows < 1 || rows > 8) {
     return absl::InvalidArgumentError(absl::StrCat("gemv4 kernel: rows per warp must be in [1, 8], got ", rows));
   }
@@ -101,14 +92,7 @@ std::vector<KernelSpec> AllBlockwise4Specs(const std::string& arch) {
 
 Dim3 Blockwise4Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device) {
   if (threads == 0) threads = kDefaultBlockwise4Threads;
-  const int64_t per_block_threads = blocksize / PerThread(blocksize, threads, dtype);
-  const int64_t blocks_per_tile = threads / per_block_threads;
-  const int64_t tiles = (core::NumBlocks(n, blocksize) + blocks_per_tile - 1) / blocks_per_tile;
-  const int64_t resident =
-      int64_t{std::max(device.sm_count, 1)} * std::max(device.max_threads_per_sm / threads, 1);
-  Dim3 g;
-  g.x = static_cast<unsigned>(std::max<int64_t>(1, std::min(tiles, resident)));
-  return g;
+  return BlockTileGrid(n, blocksize, threads, PerThread(blocksize, threads, dtype), device);
 }
 
 absl::StatusOr<Dim3> Gemv4Grid(int64_t N, int threads, int rows) {

@@ -3,12 +3,11 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "bnb/jit/launch_shape.h"
 #include "bnb/core/blockwise8.h"
 
 namespace bnb::jit {
 namespace {
-
-bool IsPow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 // Elements per thread per quant block, as Shape<> in blockwise8.cuh computes it.
 int64_t PerThread(int64_t blocksize, int threads, core::DType dtype) {
@@ -31,10 +30,7 @@ absl::StatusOr<KernelSpec> Blockwise8Spec(bool quantize, core::DType dtype, int6
                                           const std::string& arch) {
   if (absl::Status st = core::CheckBlocksize(blocksize); !st.ok()) return st;
   if (threads == 0) threads = kDefaultBlockwise8Threads;
-  if (!IsPow2(threads) || threads < 32 || threads > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("blockwise8 kernel: threads per block must be a power of two in [32, 1024], got ", threads));
-  }
+  if (absl::Status st = CheckThreadsPerBlock("blockwise8", threads); !st.ok()) return st;
   KernelSpec s;
   s.template_name = "blockwise8";
   s.entry = quantize ? "quantize_blockwise8" : "dequantize_blockwise8";
@@ -59,14 +55,7 @@ std::vector<KernelSpec> AllBlockwise8Specs(const std::string& arch, int threads)
 
 Dim3 Blockwise8Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device) {
   if (threads == 0) threads = kDefaultBlockwise8Threads;
-  const int64_t per_block_threads = blocksize / PerThread(blocksize, threads, dtype);
-  const int64_t blocks_per_tile = threads / per_block_threads;
-  const int64_t tiles = (core::NumBlocks(n, blocksize) + blocks_per_tile - 1) / blocks_per_tile;
-  const int64_t resident =
-      int64_t{std::max(device.sm_count, 1)} * std::max(device.max_threads_per_sm / threads, 1);
-  Dim3 g;
-  g.x = static_cast<unsigned>(std::max<int64_t>(1, std::min(tiles, resident)));
-  return g;
+  return BlockTileGrid(n, blocksize, threads, PerThread(blocksize, threads, dtype), device);
 }
 
 absl::Status LaunchQuantizeBlockwise8(KernelCache& cache, int device, core::DType dtype, const void* x,

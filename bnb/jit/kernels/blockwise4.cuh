@@ -195,20 +195,7 @@ __global__ void __launch_bounds__(THREADS)
         mb = max(mb, __float_as_uint(Elem<T>::load(x + start + k)) & 0x7FFFFFFFu);
       }
     }
-    if constexpr (G <= 32) {
-#pragma unroll
-      for (int off = G / 2; off > 0; off >>= 1) mb = max(mb, __shfl_xor_sync(0xFFFFFFFFu, mb, off));
-    } else {
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) mb = max(mb, __shfl_xor_sync(0xFFFFFFFFu, mb, off));
-      if ((threadIdx.x & 31) == 0) s_red[threadIdx.x / 32] = mb;
-      __syncthreads();
-      constexpr int WPG = G / 32;  // warps per quant block
-#pragma unroll
-      for (int w = 0; w < WPG; ++w) mb = max(mb, s_red[group * WPG + w]);
-      __syncthreads();
-    }
-    const float amax = __uint_as_float(mb > 0x7F800000u ? 0x7FC00000u : mb);
+    const float amax = group_absmax<G>(mb, s_red, group);
     if (!active) continue;
     if (gl == 0) absmax[qb] = amax;
 

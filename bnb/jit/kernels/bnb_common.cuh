@@ -110,4 +110,26 @@ struct Elem<bf16> {
   }
 };
 
+// The absmax of a quant block handled by G threads (a power of two), from each thread's max of |x| as float bits:
+// maxima of non-negative floats order like their bits, and any NaN (bits above inf) wins, coming back as the quiet
+// NaN. G <= 32 reduces within the warp; larger groups meet in shared memory `s_red` (one slot per warp), which
+// every thread of the CTA must reach, as the __syncthreads() below require. Every thread of the group gets it.
+template <int G>
+__device__ __forceinline__ float group_absmax(unsigned int mb, unsigned int* s_red, int group) {
+  if constexpr (G <= 32) {
+#pragma unroll
+    for (int off = G / 2; off > 0; off >>= 1) mb = max(mb, __shfl_xor_sync(0xFFFFFFFFu, mb, off));
+  } else {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mb = max(mb, __shfl_xor_sync(0xFFFFFFFFu, mb, off));
+    if ((threadIdx.x & 31) == 0) s_red[threadIdx.x / 32] = mb;
+    __syncthreads();
+    constexpr int WPG = G / 32;  // warps per quant block
+#pragma unroll
+    for (int w = 0; w < WPG; ++w) mb = max(mb, s_red[group * WPG + w]);
+    __syncthreads();
+  }
+  return __uint_as_float(mb > 0x7F800000u ? 0x7FC00000u : mb);
+}
+
 }  // namespace bnb

@@ -1,0 +1,29 @@
+#include "bnb/jit/launch_shape.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "bnb/core/blockwise8.h"
+
+namespace bnb::jit {
+
+absl::Status CheckThreadsPerBlock(const char* what, int threads) {
+  if (threads < 32 || threads > 1024 || (threads & (threads - 1)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " kernel: threads per block must be a power of two in [32, 1024], got ", threads));
+  }
+  return absl::OkStatus();
+}
+
+Dim3 BlockTileGrid(int64_t n, int64_t blocksize, int threads, int64_t per_thread, const DeviceInfo& device) {
+  const int64_t per_block_threads = blocksize / per_thread;
+  const int64_t blocks_per_tile = threads / per_block_threads;
+  const int64_t tiles = (core::NumBlocks(n, blocksize) + blocks_per_tile - 1) / blocks_per_tile;
+  const int64_t resident =
+      int64_t{std::max(device.sm_count, 1)} * std::max(device.max_threads_per_sm / threads, 1);
+  Dim3 g;
+  g.x = static_cast<unsigned>(std::max<int64_t>(1, std::min(tiles, resident)));
+  return g;
+}
+
+}  // namespace bnb::jit
