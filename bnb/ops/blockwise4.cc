@@ -329,33 +329,21 @@ at::Tensor Gemm4bit(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef sh
   }
 }
 
+// The same kernels serve CPU and CUDA tensors (they branch on the device); Meta gets the shape-only instances.
+template <bool kIsMeta>
+void RegisterKernels(torch::Library& m) {
+  m.impl("quantize_4bit", &Quantize4bit<kIsMeta>);
+  m.impl("dequantize_4bit", &Dequantize4bit<kIsMeta>);
+  m.impl("dequantize_4bit.out", &Dequantize4bitOut<kIsMeta>);
+  m.impl("gemv_4bit", &Gemv4bit<kIsMeta>);
+  m.impl("gemv_4bit.out", &Gemv4bitOut<kIsMeta>);
+  m.impl("gemm_4bit", &Gemm4bit<kIsMeta>);
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(bnb, CPU, m) {
-  m.impl("quantize_4bit", &Quantize4bit<false>);
-  m.impl("dequantize_4bit", &Dequantize4bit<false>);
-  m.impl("dequantize_4bit.out", &Dequantize4bitOut<false>);
-  m.impl("gemv_4bit", &Gemv4bit<false>);
-  m.impl("gemv_4bit.out", &Gemv4bitOut<false>);
-  m.impl("gemm_4bit", &Gemm4bit<false>);
-}
-
-TORCH_LIBRARY_IMPL(bnb, CUDA, m) {
-  m.impl("quantize_4bit", &Quantize4bit<false>);
-  m.impl("dequantize_4bit", &Dequantize4bit<false>);
-  m.impl("dequantize_4bit.out", &Dequantize4bitOut<false>);
-  m.impl("gemv_4bit", &Gemv4bit<false>);
-  m.impl("gemv_4bit.out", &Gemv4bitOut<false>);
-  m.impl("gemm_4bit", &Gemm4bit<false>);
-}
-
-TORCH_LIBRARY_IMPL(bnb, Meta, m) {
-  m.impl("quantize_4bit", &Quantize4bit<true>);
-  m.impl("dequantize_4bit", &Dequantize4bit<true>);
-  m.impl("dequantize_4bit.out", &Dequantize4bitOut<true>);
-  m.impl("gemv_4bit", &Gemv4bit<true>);
-  m.impl("gemv_4bit.out", &Gemv4bitOut<true>);
-  m.impl("gemm_4bit", &Gemm4bit<true>);
-}
+TORCH_LIBRARY_IMPL(bnb, CPU, m) { RegisterKernels<false>(m); }
+TORCH_LIBRARY_IMPL(bnb, CUDA, m) { RegisterKernels<false>(m); }
+TORCH_LIBRARY_IMPL(bnb, Meta, m) { RegisterKernels<true>(m); }
 
 }  // namespace bnb::ops

@@ -143,24 +143,18 @@ void DequantizeBlockwiseOut(const at::Tensor& A, const at::Tensor& absmax, const
   }
 }
 
+// The same kernels serve CPU and CUDA tensors (they branch on the device); Meta gets the shape-only instances.
+template <bool kIsMeta>
+void RegisterKernels(torch::Library& m) {
+  m.impl("quantize_blockwise", &QuantizeBlockwise<kIsMeta>);
+  m.impl("dequantize_blockwise", &DequantizeBlockwise<kIsMeta>);
+  m.impl("dequantize_blockwise.out", &DequantizeBlockwiseOut<kIsMeta>);
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(bnb, CPU, m) {
-  m.impl("quantize_blockwise", &QuantizeBlockwise<false>);
-  m.impl("dequantize_blockwise", &DequantizeBlockwise<false>);
-  m.impl("dequantize_blockwise.out", &DequantizeBlockwiseOut<false>);
-}
-
-TORCH_LIBRARY_IMPL(bnb, CUDA, m) {
-  m.impl("quantize_blockwise", &QuantizeBlockwise<false>);
-  m.impl("dequantize_blockwise", &DequantizeBlockwise<false>);
-  m.impl("dequantize_blockwise.out", &DequantizeBlockwiseOut<false>);
-}
-
-TORCH_LIBRARY_IMPL(bnb, Meta, m) {
-  m.impl("quantize_blockwise", &QuantizeBlockwise<true>);
-  m.impl("dequantize_blockwise", &DequantizeBlockwise<true>);
-  m.impl("dequantize_blockwise.out", &DequantizeBlockwiseOut<true>);
-}
+TORCH_LIBRARY_IMPL(bnb, CPU, m) { RegisterKernels<false>(m); }
+TORCH_LIBRARY_IMPL(bnb, CUDA, m) { RegisterKernels<false>(m); }
+TORCH_LIBRARY_IMPL(bnb, Meta, m) { RegisterKernels<true>(m); }
 
 }  // namespace bnb::ops
