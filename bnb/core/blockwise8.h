@@ -48,8 +48,8 @@ struct Blockwise8Range {
 // x: n elements of `dtype`. Writes codes[block_begin*blocksize ...) and absmax[block_begin ... block_end).
 void QuantizeBlockwise8(DType dtype, const void* x, const PreparedCodebook& cb, const Blockwise8Range& r,
                         uint8_t* codes, float* absmax);
-// out: n elements of `dtype`; out = code_values[codes] * absmax, computed in float32, rounded to nearest even.
-void DequantizeBlockwise8(DType dtype, const uint8_t* codes, const float* absmax, const float* code_values,
+// out: n elements of `dtype`; out = cb.values[codes] * absmax, computed in float32, rounded to nearest even.
+void DequantizeBlockwise8(DType dtype, const uint8_t* codes, const float* absmax, const PreparedCodebook& cb,
                           const Blockwise8Range& r, void* out);
 
 // Plain scalar versions: the definition the vectorized ones are tested against.

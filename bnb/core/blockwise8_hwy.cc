@@ -73,22 +73,40 @@ void QuantizeT(const void* x, const PreparedCodebook& cb, const Blockwise8Range&
   }
 }
 
+// Lanes(DF) code values for the codes at `codes`, as floats.
+HWY_INLINE VF CodeValues(const PreparedCodebook& cb, const uint8_t* codes) {
+  const DF df;
+#if HWY_TARGET == HWY_SCALAR
+  return hn::Set(df, cb.values[codes[0]]);
+#else
+  // Pairs of codes index PreparedCodebook::pairs: half as many gathered lanes (20% faster on Zen 3).
+  using D64 = hn::Repartition<uint64_t, DF>;
+  const D64 d64;
+  const auto pair_codes = hn::LoadU(hn::Rebind<uint16_t, D64>(), reinterpret_cast<const uint16_t*>(codes));
+  const auto index = hn::PromoteTo(d64, hn::PromoteTo(hn::Rebind<uint32_t, D64>(), pair_codes));
+  return hn::BitCast(df, hn::GatherIndex(d64, cb.pairs.data(), hn::BitCast(hn::RebindToSigned<D64>(), index)));
+#endif
+}
+
 template <DType kT>
-void DequantizeT(const uint8_t* codes, const float* absmax, const float* code_values, const Blockwise8Range& r,
+void DequantizeT(const uint8_t* codes, const float* absmax, const PreparedCodebook& cb, const Blockwise8Range& r,
                  void* out) {
   const DF df;
-  const DI di;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   for (int64_t b = r.block_begin; b < r.block_end; ++b) {
     const int64_t lo = b * r.blocksize;
     const int64_t hi = std::min(lo + r.blocksize, r.n);
     const int64_t vec_end = lo + (hi - lo) / N * N;
     const VF scale = hn::Set(df, absmax[b]);
-    for (int64_t i = lo; i < vec_end; i += N) {
-      const auto idx = hn::PromoteTo(di, hn::LoadU(DU8(), codes + i));
-      StoreF32<kT>(hn::Mul(hn::GatherIndex(df, code_values, idx), scale), out, i);
+    int64_t i = lo;
+    for (; i + 2 * N <= vec_end; i += 2 * N) {  // two gathers in flight
+      const VF v0 = CodeValues(cb, codes + i);
+      const VF v1 = CodeValues(cb, codes + i + N);
+      StoreF32<kT>(hn::Mul(v0, scale), out, i);
+      StoreF32<kT>(hn::Mul(v1, scale), out, i + N);
     }
-    for (int64_t i = vec_end; i < hi; ++i) StoreFromFloat(kT, out, i, code_values[codes[i]] * absmax[b]);
+    for (; i < vec_end; i += N) StoreF32<kT>(hn::Mul(CodeValues(cb, codes + i), scale), out, i);
+    for (; i < hi; ++i) StoreFromFloat(kT, out, i, cb.values[codes[i]] * absmax[b]);
   }
 }
 
@@ -101,12 +119,12 @@ void Quantize(DType dtype, const void* x, const PreparedCodebook& cb, const Bloc
   }
 }
 
-void Dequantize(DType dtype, const uint8_t* codes, const float* absmax, const float* code_values,
+void Dequantize(DType dtype, const uint8_t* codes, const float* absmax, const PreparedCodebook& cb,
                 const Blockwise8Range& r, void* out) {
   switch (dtype) {
-    case DType::kFloat32: return DequantizeT<DType::kFloat32>(codes, absmax, code_values, r, out);
-    case DType::kFloat16: return DequantizeT<DType::kFloat16>(codes, absmax, code_values, r, out);
-    case DType::kBFloat16: return DequantizeT<DType::kBFloat16>(codes, absmax, code_values, r, out);
+    case DType::kFloat32: return DequantizeT<DType::kFloat32>(codes, absmax, cb, r, out);
+    case DType::kFloat16: return DequantizeT<DType::kFloat16>(codes, absmax, cb, r, out);
+    case DType::kBFloat16: return DequantizeT<DType::kBFloat16>(codes, absmax, cb, r, out);
   }
 }
 
@@ -125,9 +143,9 @@ void QuantizeBlockwise8(DType dtype, const void* x, const PreparedCodebook& cb, 
   HWY_DYNAMIC_DISPATCH(Quantize)(dtype, x, cb, r, codes, absmax);
 }
 
-void DequantizeBlockwise8(DType dtype, const uint8_t* codes, const float* absmax, const float* code_values,
+void DequantizeBlockwise8(DType dtype, const uint8_t* codes, const float* absmax, const PreparedCodebook& cb,
                           const Blockwise8Range& r, void* out) {
-  HWY_DYNAMIC_DISPATCH(Dequantize)(dtype, codes, absmax, code_values, r, out);
+  HWY_DYNAMIC_DISPATCH(Dequantize)(dtype, codes, absmax, cb, r, out);
 }
 
 }  // namespace bnb::core

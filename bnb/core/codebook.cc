@@ -213,6 +213,10 @@ absl::StatusOr<PreparedCodebook> PrepareCodebook(const float* code, int64_t n) {
     cb.midpoints[i] = (cb.values[cb.sorted_to_code[i]] + cb.values[cb.sorted_to_code[i + 1]]) * 0.5f;
   }
   BuildBuckets(cb);
+  cb.pairs.resize(kCodebookSize * kCodebookSize);
+  for (uint32_t i = 0; i < cb.pairs.size(); ++i) {
+    cb.pairs[i] = FloatToBits(cb.values[i & 0xFF]) | (uint64_t{FloatToBits(cb.values[i >> 8])} << 32);
+  }
   return cb;
 }
 

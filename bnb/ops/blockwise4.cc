@@ -10,6 +10,7 @@
 
 #include "bnb/core/blockwise4.h"
 #include "bnb/core/blockwise8.h"
+#include "bnb/core/codebook.h"
 #include "bnb/core/gemv4.h"
 #include "bnb/jit/blockwise4.h"
 #include "bnb/jit/blockwise8.h"
@@ -317,9 +318,11 @@ at::Tensor Gemm4bit(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef sh
                                     codes8.data_ptr<uint8_t>(), code8.data_ptr<float>(), nested.data_ptr<float>(),
                                     scales.data_ptr(), m, 256, CurrentCudaStream(A), CudaThreadsPerBlock(op)));
       } else {
+        auto cb = bnb::core::PrepareCodebookCached(code8.data_ptr<float>(), code8.numel());
+        ThrowIfError(op, cb.status());
         bnb::core::DequantizeBlockwise8(bnb::core::DType::kFloat32, codes8.data_ptr<uint8_t>(),
-                                        nested.data_ptr<float>(), code8.data_ptr<float>(),
-                                        {m, 256, 0, NumBlocks(m, 256).expect_int()}, scales.data_ptr());
+                                        nested.data_ptr<float>(), **cb, {m, 256, 0, NumBlocks(m, 256).expect_int()},
+                                        scales.data_ptr());
       }
       scales.add_(absmax_offset->to(scales.options()).reshape({}));
     }

@@ -98,14 +98,13 @@ void DequantizeInto(const char* op, const at::Tensor& A, const at::Tensor& absma
   }
   const at::Tensor a = A.contiguous();
   const at::Tensor am = absmax.contiguous();
-  const at::Tensor c = code.contiguous();
+  const auto cb = PrepareCode(op, code);
   const int64_t n = a.numel();
   const uint8_t* ap = a.data_ptr<uint8_t>();
   const float* amp = am.data_ptr<float>();
-  const float* cp = c.data_ptr<float>();
   void* op_out = out.data_ptr();
   ParallelOverBlocks(op, bnb::core::NumBlocks(n, blocksize), blocksize, [&](int64_t b0, int64_t b1) {
-    bnb::core::DequantizeBlockwise8(out_type, ap, amp, cp, Blockwise8Range{n, blocksize, b0, b1}, op_out);
+    bnb::core::DequantizeBlockwise8(out_type, ap, amp, *cb, Blockwise8Range{n, blocksize, b0, b1}, op_out);
   });
 }
 

@@ -100,7 +100,7 @@ TEST_P(EveryIsa, EqualsScalarExactly) {
         for (int64_t b = 0; b < r.block_end; ++b) ASSERT_EQ(FloatToBits(absmax[b]), FloatToBits(absmax_ref[b])) << b;
 
         std::vector<uint8_t> out(n * DTypeSize(dtype)), out_ref(n * DTypeSize(dtype));
-        DequantizeBlockwise8(dtype, codes.data(), absmax.data(), cb.values.data(), r, out.data());
+        DequantizeBlockwise8(dtype, codes.data(), absmax.data(), cb, r, out.data());
         DequantizeBlockwise8Scalar(dtype, codes.data(), absmax.data(), cb.values.data(), r, out_ref.data());
         ExpectSameBits(dtype, out, out_ref, n);
       }
@@ -135,7 +135,7 @@ TEST(Blockwise8Policy, SpecialValues) {
   std::vector<uint8_t> codes(96);
   std::vector<float> absmax(3), out(96);
   QuantizeBlockwise8(DType::kFloat32, x.data(), cb, r, codes.data(), absmax.data());
-  DequantizeBlockwise8(DType::kFloat32, codes.data(), absmax.data(), cb.values.data(), r, out.data());
+  DequantizeBlockwise8(DType::kFloat32, codes.data(), absmax.data(), cb, r, out.data());
   EXPECT_EQ(absmax[0], 0.0f);
   EXPECT_TRUE(std::isnan(absmax[1]));
   EXPECT_TRUE(std::isinf(absmax[2]));

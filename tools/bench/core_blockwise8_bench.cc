@@ -43,8 +43,8 @@ int main() {
     if (!SetIsaCap(isa).ok()) return 1;
     const double q32 = BestNs([&] { QuantizeBlockwise8(DType::kFloat32, x.data(), *cb, r, codes.data(), absmax.data()); }, n);
     const double q16 = BestNs([&] { QuantizeBlockwise8(DType::kBFloat16, xb.data(), *cb, r, codes.data(), absmax.data()); }, n);
-    const double d32 = BestNs([&] { DequantizeBlockwise8(DType::kFloat32, codes.data(), absmax.data(), cb->values.data(), r, out.data()); }, n);
-    const double d16 = BestNs([&] { DequantizeBlockwise8(DType::kBFloat16, codes.data(), absmax.data(), cb->values.data(), r, xb.data()); }, n);
+    const double d32 = BestNs([&] { DequantizeBlockwise8(DType::kFloat32, codes.data(), absmax.data(), *cb, r, out.data()); }, n);
+    const double d16 = BestNs([&] { DequantizeBlockwise8(DType::kBFloat16, codes.data(), absmax.data(), *cb, r, xb.data()); }, n);
     std::printf("%-8s %11.2f ns %11.2f ns %11.2f ns %11.2f ns\n", isa.c_str(), q32, q16, d32, d16);
   }
   return 0;
