@@ -17,10 +17,9 @@ prefix=$work/prefix
 stage=$work/stage
 
 mkdir -p "$prefix" "$stage/bnb"
-for deb in .gpu-deps/*.deb; do
-  [[ -e $deb ]] || { echo "no .gpu-deps/*.deb: run tools/gpu/fetch_deps.sh where apt works, and carry .gpu-deps" >&2; exit 1; }
-  dpkg -x "$deb" "$prefix"
-done
+compgen -G ".gpu-deps/*.deb" >/dev/null \
+  || { echo "no .gpu-deps/*.deb: run tools/gpu/fetch_deps.sh where apt works, and carry .gpu-deps" >&2; exit 1; }
+$python tools/gpu/unpack_deb.py "$prefix" .gpu-deps/*.deb
 
 echo "[gpu] building bnb._C ($($python -c 'import torch; print("torch", torch.__version__)'))"
 t0=$(date +%s)
