@@ -75,6 +75,12 @@ def test_set_checks_type_and_range(clean_env):
         bnb.config.set("cpu.speed", 1)
     with pytest.raises(TypeError):
         bnb.config.set("cpu.threads", 1.5)
+    with pytest.raises(ValueError, match="cuda.threads_per_block: expected 0 or a power of two in \\[32, 1024\\], got 48"):
+        bnb.config.set("cuda.threads_per_block", 48)
+    bnb.config.set("cuda.threads_per_block", 128)
+    assert bnb.config.get("cuda.threads_per_block") == 128
+    shaping = {e["name"] for e in bnb.config.effective() if e["shapes_code"]}
+    assert shaping == {"cuda.threads_per_block"}  # the knobs that go into compiled-kernel keys
 
 
 def test_bad_file_makes_ops_raise_not_crash(clean_env):
