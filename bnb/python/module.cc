@@ -46,7 +46,7 @@ KnobValue FromPython(const py::handle& h) {
   if (py::isinstance<py::bool_>(h)) return h.cast<bool>();
   if (py::isinstance<py::int_>(h)) return h.cast<int64_t>();
   if (py::isinstance<py::str>(h)) return h.cast<std::string>();
-  throw py::type_error("bnb.config: values are int, bool or str, got " + std::string(py::str(h.get_type())));
+  throw py::type_error("bnb.config: values are int, bool or str, got " + std::string(py::str(py::type::handle_of(h))));
 }
 
 }  // namespace
