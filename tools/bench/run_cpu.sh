@@ -9,3 +9,6 @@ echo
 echo
 echo "core kernels, one thread (bazel run -c opt //tools/bench:core_blockwise8_bench):"
 bazel run -c opt --noshow_progress //tools/bench:core_blockwise8_bench 2>/dev/null
+echo
+echo "4-bit core kernels, one thread (bazel run -c opt //tools/bench:core_blockwise4_bench):"
+bazel run -c opt --noshow_progress //tools/bench:core_blockwise4_bench 2>/dev/null
