@@ -116,15 +116,10 @@ absl::Status LaunchQuantizeBlockwise4(KernelCache& cache, int device, core::DTyp
   absl::StatusOr<KernelSpec> spec = Quantize4Spec(dtype, blocksize, quant, threads, "");
   if (!spec.ok()) return spec.status();
   if (threads == 0) threads = kDefaultBlockwise4Threads;
-  absl::StatusOr<DeviceInfo> info = GetDeviceInfo(device);
-  if (!info.ok()) return info.status();
-  absl::StatusOr<LoadedKernel> k = cache.GetKernel(*spec, device);
-  if (!k.ok()) return k.status();
   long long nn = n;
   void* args[] = {&x, &packed, &absmax, &nn};
-  Dim3 block;
-  block.x = static_cast<unsigned>(threads);
-  return LaunchKernel(*k, Blockwise4Grid(n, blocksize, threads, dtype, *info), block, 0, stream, args);
+  return LaunchOverBlockTiles(cache, device, *spec, n, blocksize, threads, PerThread(blocksize, threads, dtype),
+                              stream, args);
 }
 
 absl::Status LaunchDequantizeBlockwise4(KernelCache& cache, int device, core::DType dtype, const uint8_t* packed,
@@ -134,15 +129,10 @@ absl::Status LaunchDequantizeBlockwise4(KernelCache& cache, int device, core::DT
   absl::StatusOr<KernelSpec> spec = Dequantize4Spec(dtype, blocksize, threads, "");
   if (!spec.ok()) return spec.status();
   if (threads == 0) threads = kDefaultBlockwise4Threads;
-  absl::StatusOr<DeviceInfo> info = GetDeviceInfo(device);
-  if (!info.ok()) return info.status();
-  absl::StatusOr<LoadedKernel> k = cache.GetKernel(*spec, device);
-  if (!k.ok()) return k.status();
   long long nn = n;
   void* args[] = {&packed, &code16, &absmax, &out, &nn};
-  Dim3 block;
-  block.x = static_cast<unsigned>(threads);
-  return LaunchKernel(*k, Blockwise4Grid(n, blocksize, threads, dtype, *info), block, 0, stream, args);
+  return LaunchOverBlockTiles(cache, device, *spec, n, blocksize, threads, PerThread(blocksize, threads, dtype),
+                              stream, args);
 }
 
 absl::Status LaunchGemv4(KernelCache& cache, int device, core::DType dtype, const void* A, const uint8_t* packed,

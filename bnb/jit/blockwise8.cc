@@ -65,15 +65,10 @@ absl::Status LaunchQuantizeBlockwise8(KernelCache& cache, int device, core::DTyp
   absl::StatusOr<KernelSpec> spec = Blockwise8Spec(true, dtype, blocksize, threads, "");
   if (!spec.ok()) return spec.status();
   if (threads == 0) threads = kDefaultBlockwise8Threads;
-  absl::StatusOr<DeviceInfo> info = GetDeviceInfo(device);
-  if (!info.ok()) return info.status();
-  absl::StatusOr<LoadedKernel> k = cache.GetKernel(*spec, device);
-  if (!k.ok()) return k.status();
   long long nn = n;
   void* args[] = {&x, &code, &codes, &absmax, &nn};
-  Dim3 block;
-  block.x = static_cast<unsigned>(threads);
-  return LaunchKernel(*k, Blockwise8Grid(n, blocksize, threads, dtype, *info), block, 0, stream, args);
+  return LaunchOverBlockTiles(cache, device, *spec, n, blocksize, threads, PerThread(blocksize, threads, dtype),
+                              stream, args);
 }
 
 absl::Status LaunchDequantizeBlockwise8(KernelCache& cache, int device, core::DType dtype, const uint8_t* codes,
@@ -83,15 +78,10 @@ absl::Status LaunchDequantizeBlockwise8(KernelCache& cache, int device, core::DT
   absl::StatusOr<KernelSpec> spec = Blockwise8Spec(false, dtype, blocksize, threads, "");
   if (!spec.ok()) return spec.status();
   if (threads == 0) threads = kDefaultBlockwise8Threads;
-  absl::StatusOr<DeviceInfo> info = GetDeviceInfo(device);
-  if (!info.ok()) return info.status();
-  absl::StatusOr<LoadedKernel> k = cache.GetKernel(*spec, device);
-  if (!k.ok()) return k.status();
   long long nn = n;
   void* args[] = {&codes, &code, &absmax, &out, &nn};
-  Dim3 block;
-  block.x = static_cast<unsigned>(threads);
-  return LaunchKernel(*k, Blockwise8Grid(n, blocksize, threads, dtype, *info), block, 0, stream, args);
+  return LaunchOverBlockTiles(cache, device, *spec, n, blocksize, threads, PerThread(blocksize, threads, dtype),
+                              stream, args);
 }
 
 }  // namespace bnb::jit

@@ -26,4 +26,15 @@ Dim3 BlockTileGrid(int64_t n, int64_t blocksize, int threads, int64_t per_thread
   return g;
 }
 
+absl::Status LaunchOverBlockTiles(KernelCache& cache, int device, const KernelSpec& spec, int64_t n,
+                                  int64_t blocksize, int threads, int64_t per_thread, void* stream, void** args) {
+  absl::StatusOr<DeviceInfo> info = GetDeviceInfo(device);
+  if (!info.ok()) return info.status();
+  absl::StatusOr<LoadedKernel> k = cache.GetKernel(spec, device);
+  if (!k.ok()) return k.status();
+  Dim3 block;
+  block.x = static_cast<unsigned>(threads);
+  return LaunchKernel(*k, BlockTileGrid(n, blocksize, threads, per_thread, *info), block, 0, stream, args);
+}
+
 }  // namespace bnb::jit

@@ -26,8 +26,6 @@ namespace {
 using bnb::core::Blockwise4Range;
 using bnb::core::Quant4;
 
-c10::SymInt NumBlocks(const c10::SymInt& n, int64_t blocksize) { return (n + blocksize - 1) / blocksize; }
-
 Quant4 ParseQuantType(const char* op, c10::string_view quant_type) {
   auto q = bnb::core::ParseQuant4(std::string(quant_type));
   ThrowIfError(op, q.status());

@@ -17,8 +17,6 @@ namespace {
 
 using bnb::core::Blockwise8Range;
 
-c10::SymInt NumBlocks(const c10::SymInt& n, int64_t blocksize) { return (n + blocksize - 1) / blocksize; }
-
 void CheckCode(const char* op, const at::Tensor& code, const at::Tensor& A) {
   CheckDType(op, "code", code, at::kFloat);
   CheckNumel(op, "code", code, bnb::core::kCodebookSize, "one value per 8-bit code");

@@ -21,6 +21,9 @@ bnb::core::DType FloatDType(const char* op, const char* arg, c10::ScalarType t);
 void CheckDType(const char* op, const char* arg, const at::Tensor& t, c10::ScalarType want);
 void CheckNotEmpty(const char* op, const char* arg, const at::Tensor& t);
 void CheckSameDevice(const char* op, const char* arg, const at::Tensor& t, const at::Tensor& ref);
+// Blocks of `blocksize` covering n elements, on symbolic sizes (bnb::core::NumBlocks for the Meta kernels).
+inline c10::SymInt NumBlocks(const c10::SymInt& n, int64_t blocksize) { return (n + blocksize - 1) / blocksize; }
+
 // Sizes are SymInts so that Meta kernels work under torch.compile's dynamic shapes (a check becomes a guard).
 void CheckNumel(const char* op, const char* arg, const at::Tensor& t, const c10::SymInt& want, const char* why);
 
