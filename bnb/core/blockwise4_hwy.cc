@@ -109,7 +109,10 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
     int64_t i = lo;
     if (std::isfinite(amax) && amax != 0.0f) {
       const VF vscale = hn::Set(df, amax);
+      // The next block's absmax pass then reads from cache while this loop computes.
+      const bool prefetch = b + 1 < r.block_end;
       for (; i < vec_end; i += N) {
+        if (prefetch && (i & 15) == 0) PrefetchElements<kT>(x, i + r.blocksize, 16);
         const VI p = search.Position(hn::Div(LoadF32<kT>(x, i), vscale));
         hn::StoreU(hn::DemoteTo(DU8(), p), DU8(), pos + (i - lo));
       }

@@ -37,6 +37,32 @@ absl::StatusOr<std::vector<float>> ComputeDynamicMap(bool is_signed, int max_exp
 // key = bits & 0x7FFF, the position inside the bucket. A bucket holding at most one midpoint is one table entry:
 // the code is `key >= threshold ? high : low`, one gather and an integer compare. A bucket spanning several
 // midpoints has threshold kSearch and takes the binary search.
+// A second, table-free way to the same codes, for codebooks shaped like the dynamic map: sorted and strictly
+// increasing, one 0 (sorted position `zero`), negatives mirroring the smallest positives bit for bit, and the
+// positive magnitudes w_1 < ... < w_P (w_q at sorted position zero + q) forming at most kSegments near-arithmetic
+// runs ("segments"; the dynamic map's decades, then 1.0). For a magnitude m of sign s (m nudged up one ulp when
+// negative, so that ties at segment limits resolve as NearestCode's "strictly below" does for negative values):
+//   q = 0 if m <= zero_limit; else with j = #(limits below m): q = min(round(m * scale[j] - offset[j]), last[j]);
+//   code = zero + q, or max(zero - q, 0) for negative s.
+// j is found from m's binade: binade_segment[biased exponent % 16] is the segment at the binade's bottom, and no
+// binade of the 16 below 2 holds more than one limit, so one comparison with the next limit settles it.
+// The limit comparisons are exact (limits are the codebook's midpoints); the rounding is exact unless
+// |t - round(t)| > 0.5 - margin, where t = m * scale[j] - offset[j]. Such values (near a midpoint), and nonzero
+// magnitudes below 2^-15 (outside the binades), take the table search. PrepareCodebook proves `margin` from the
+// actual midpoints and float rounding bounds.
+struct SegmentSearch {
+  static constexpr int kSegments = 8;
+  static constexpr int kBinades = 16;
+  static constexpr float kFloor = 0x1p-15f;  // bottom of the lowest of the 16 binades below 2
+  bool usable = false;
+  int32_t zero = 0;
+  float zero_limit = 0;
+  std::array<float, kSegments> limits{};  // limits[j]: between segments j and j + 1, ascending; +inf past the last
+  std::array<float, kSegments> scale{}, offset{}, last{};
+  std::array<uint8_t, kBinades> binade_segment{};
+  float margin = 0;
+};
+
 struct PreparedCodebook {
   std::array<float, kCodebookSize> values;            // the codebook as given, indexed by code
   std::array<float, kCodebookSize - 1> midpoints;     // (sorted[i] + sorted[i+1]) * 0.5f, ascending
@@ -49,6 +75,7 @@ struct PreparedCodebook {
   // For dequantization, two codes at a time: pairs[c0 | c1 << 8] holds the float bits of values[c0] in its low and
   // values[c1] in its high half, so one 64-bit gather yields two outputs (little-endian: memory order c0, c1).
   std::vector<uint64_t> pairs;
+  SegmentSearch segments;  // usable for the dynamic maps
 
   static constexpr int kBucketShift = 15;
   static constexpr int32_t kKeyMask = (1 << kBucketShift) - 1;

@@ -121,6 +121,64 @@ TEST_P(EveryIsa, SubrangesEqualTheWhole) {
   EXPECT_EQ(am_whole, am_parts);
 }
 
+// Where a fast search could go wrong: every midpoint and its neighbours (ulps, and relative steps around the
+// rounding margin), both signs, zero, subnormals, the binade window's floor, +-1, every bfloat16 value in [-1, 1],
+// and a sweep of float bit patterns. Blocks start with 1.0, so absmax is 1 and the values are quantized as they are.
+std::vector<float> HardValues(const PreparedCodebook& cb) {
+  std::vector<float> v;
+  const auto both_signs = [&](float x) {
+    v.push_back(x);
+    v.push_back(-x);
+  };
+  for (float m : cb.midpoints) {
+    if (std::fabs(m) > 1.0f) continue;
+    float up = m, down = m;
+    for (int k = 0; k < 8; ++k, up = std::nextafter(up, 2.0f), down = std::nextafter(down, -2.0f)) {
+      both_signs(up);
+      both_signs(down);
+    }
+    for (float rel : {1e-6f, 3e-6f, 1e-5f, 3e-5f, 1e-4f, 1e-3f}) {
+      both_signs(m * (1.0f + rel));
+      both_signs(m * (1.0f - rel));
+    }
+  }
+  for (float x : {0.0f, 1.0f, std::nextafter(1.0f, 0.0f), std::ldexp(1.0f, -149), std::ldexp(1.0f, -126), 1e-30f}) {
+    both_signs(x);
+  }
+  for (float x = std::ldexp(1.0f, -15), k = 0; k < 8; ++k, x = std::nextafter(x, 0.0f)) both_signs(x);
+  for (uint32_t h = 0; h <= 0x3F80; ++h) both_signs(BF16ToFloat(static_cast<uint16_t>(h)));
+  for (uint32_t bits = 0; bits <= 0x3F800000u; bits += 4099) both_signs(BitsToFloat(bits));
+  return v;
+}
+
+TEST_P(EveryIsa, HardValuesEqualScalarExactly) {
+  const std::vector<float> uniform = [] {
+    std::vector<float> c;
+    for (int k = -127; k <= 128; ++k) c.push_back(static_cast<float>(k) / 127.0f);
+    return c;
+  }();
+  for (const std::vector<float>& code : {*CreateDynamicMap(), *ComputeDynamicMap(false, 7, 8), uniform}) {
+    const PreparedCodebook cb = *PrepareCodebook(code.data(), 256);
+    ASSERT_TRUE(cb.segments.usable);
+    const std::vector<float> hard = HardValues(cb);
+    const int64_t bs = 4096;
+    std::vector<float> x;
+    for (size_t i = 0; i < hard.size(); ++i) {
+      if (x.size() % bs == 0) x.push_back(1.0f);
+      x.push_back(hard[i]);
+    }
+    const int64_t n = static_cast<int64_t>(x.size());
+    const Blockwise8Range r{n, bs, 0, NumBlocks(n, bs)};
+    std::vector<uint8_t> codes(n), codes_ref(n);
+    std::vector<float> absmax(r.block_end), absmax_ref(r.block_end);
+    QuantizeBlockwise8(DType::kFloat32, x.data(), cb, r, codes.data(), absmax.data());
+    QuantizeBlockwise8Scalar(DType::kFloat32, x.data(), cb, r, codes_ref.data(), absmax_ref.data());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(codes[i], codes_ref[i]) << "x = " << x[i] << " (bits " << std::hex << FloatToBits(x[i]) << ")";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Blockwise8, EveryIsa, ::testing::ValuesIn(AvailableIsas()),
                          [](const auto& info) { return info.param; });
 
