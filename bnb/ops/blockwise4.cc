@@ -178,13 +178,7 @@ void Dequantize4bitOut(const at::Tensor& A, const at::Tensor& absmax, int64_t bl
   CheckSameDevice(op, "out", out, A);
   if constexpr (!kIsMeta) {
     const Quant4 q = ParseQuantType(op, quant_type);
-    if (out.is_contiguous()) {
-      Dequantize4Into(op, A, absmax, q, blocksize, out_type, out);
-    } else {
-      at::Tensor tmp = at::empty(shape, A.options().dtype(dtype));
-      Dequantize4Into(op, A, absmax, q, blocksize, out_type, tmp);
-      out.copy_(tmp);
-    }
+    FillOut(out, {&A, &absmax}, [&](at::Tensor& dst) { Dequantize4Into(op, A, absmax, q, blocksize, out_type, dst); });
   }
 }
 
@@ -257,13 +251,8 @@ void Gemv4bitOut(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shape
   CheckDType(op, "out", out, A.scalar_type());
   CheckSameDevice(op, "out", out, A);
   if constexpr (!kIsMeta) {
-    if (out.is_contiguous()) {
-      Gemv4Into(op, A, B, shapeB, absmax, code, blocksize, out);
-    } else {
-      at::Tensor tmp = at::empty(out.sizes(), A.options());
-      Gemv4Into(op, A, B, shapeB, absmax, code, blocksize, tmp);
-      out.copy_(tmp);
-    }
+    FillOut(out, {&A, &B, &absmax, &code},
+            [&](at::Tensor& dst) { Gemv4Into(op, A, B, shapeB, absmax, code, blocksize, dst); });
   }
 }
 

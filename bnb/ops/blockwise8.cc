@@ -1,4 +1,4 @@
-// quantize_blockwise / dequantize_blockwise(.out): argument checks and shape rules (shared by the real and the
+// quantize_blockwise(.out) / dequantize_blockwise(.out): argument checks and shape rules (shared by the real and the
 // Meta kernels through kIsMeta), and the kernels: bnb/core on the CPU, bnb/jit's NVRTC templates on CUDA.
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
@@ -30,41 +30,70 @@ std::shared_ptr<const bnb::core::PreparedCodebook> PrepareCode(const char* op, c
   return *cb;
 }
 
-template <bool kIsMeta>
-std::tuple<at::Tensor, at::Tensor> QuantizeBlockwise(const at::Tensor& A, const at::Tensor& code, int64_t blocksize) {
-  constexpr const char* op = "quantize_blockwise";
+// Checks shared by both quantize overloads; returns A's element type.
+bnb::core::DType CheckQuantizeArgs(const char* op, const at::Tensor& A, const at::Tensor& code, int64_t blocksize) {
   const bnb::core::DType dtype = FloatDType(op, "A", A.scalar_type());
   ThrowIfError(op, bnb::core::CheckBlocksize(blocksize));
   CheckNotEmpty(op, "A", A);
   CheckCode(op, code, A);
-  if constexpr (kIsMeta) {
-    return {at::empty_symint(A.sym_sizes(), A.options().dtype(at::kByte)),
-            at::empty_symint({NumBlocks(A.sym_numel(), blocksize)}, A.options().dtype(at::kFloat))};
-  } else if (A.is_cuda()) {
+  return dtype;
+}
+
+// codes and absmax: contiguous, on A's device, of A's numel and one float per block.
+void QuantizeInto(const char* op, const at::Tensor& A, const at::Tensor& code, int64_t blocksize,
+                  bnb::core::DType dtype, at::Tensor& codes, at::Tensor& absmax) {
+  const at::Tensor x = A.contiguous();
+  if (A.is_cuda()) {
     const c10::DeviceGuard guard(A.device());
-    const at::Tensor x = A.contiguous();
     const at::Tensor c = code.contiguous();
-    at::Tensor codes = at::empty(A.sizes(), A.options().dtype(at::kByte));
-    at::Tensor absmax = at::empty({NumBlocks(A.sym_numel(), blocksize).expect_int()}, A.options().dtype(at::kFloat));
     ThrowIfLaunchFailed(op, bnb::jit::LaunchQuantizeBlockwise8(
                                 bnb::jit::KernelCache::Global(), A.get_device(), dtype, x.data_ptr(),
                                 c.data_ptr<float>(), codes.data_ptr<uint8_t>(), absmax.data_ptr<float>(), x.numel(),
                                 blocksize, CurrentCudaStream(A), CudaThreadsPerBlock(op)));
-    return {codes, absmax};
+    return;
+  }
+  const int64_t n = x.numel();
+  const auto cb = PrepareCode(op, code);
+  const void* xp = x.data_ptr();
+  uint8_t* cp = codes.data_ptr<uint8_t>();
+  float* ap = absmax.data_ptr<float>();
+  ParallelOverBlocks(op, absmax.numel(), blocksize, [&](int64_t b0, int64_t b1) {
+    bnb::core::QuantizeBlockwise8(dtype, xp, *cb, Blockwise8Range{n, blocksize, b0, b1}, cp, ap);
+  });
+}
+
+template <bool kIsMeta>
+std::tuple<at::Tensor, at::Tensor> QuantizeBlockwise(const at::Tensor& A, const at::Tensor& code, int64_t blocksize) {
+  constexpr const char* op = "quantize_blockwise";
+  const bnb::core::DType dtype = CheckQuantizeArgs(op, A, code, blocksize);
+  if constexpr (kIsMeta) {
+    return {at::empty_symint(A.sym_sizes(), A.options().dtype(at::kByte)),
+            at::empty_symint({NumBlocks(A.sym_numel(), blocksize)}, A.options().dtype(at::kFloat))};
   } else {
     at::Tensor codes = EmptyOutput(A.sizes(), A.options().dtype(at::kByte));
     at::Tensor absmax = at::empty({NumBlocks(A.sym_numel(), blocksize).expect_int()}, A.options().dtype(at::kFloat));
-    const int64_t n = A.numel();
-    const int64_t blocks = absmax.numel();
-    const auto cb = PrepareCode(op, code);
-    const at::Tensor x = A.contiguous();
-    const void* xp = x.data_ptr();
-    uint8_t* cp = codes.data_ptr<uint8_t>();
-    float* ap = absmax.data_ptr<float>();
-    ParallelOverBlocks(op, blocks, blocksize, [&](int64_t b0, int64_t b1) {
-      bnb::core::QuantizeBlockwise8(dtype, xp, *cb, Blockwise8Range{n, blocksize, b0, b1}, cp, ap);
-    });
+    QuantizeInto(op, A, code, blocksize, dtype, codes, absmax);
     return {codes, absmax};
+  }
+}
+
+template <bool kIsMeta>
+void QuantizeBlockwiseOut(const at::Tensor& A, const at::Tensor& code, int64_t blocksize, at::Tensor& out,
+                          at::Tensor& absmax) {
+  constexpr const char* op = "quantize_blockwise.out";
+  const bnb::core::DType dtype = CheckQuantizeArgs(op, A, code, blocksize);
+  TORCH_CHECK(out.sym_sizes() == A.sym_sizes(), "bnb::", op, ": out must have A's shape ", A.sym_sizes(), ", got ",
+              out.sym_sizes());
+  CheckDType(op, "out", out, at::kByte);
+  CheckSameDevice(op, "out", out, A);
+  CheckDType(op, "absmax", absmax, at::kFloat);
+  CheckNumel(op, "absmax", absmax, NumBlocks(A.sym_numel(), blocksize), "one per block of A");
+  CheckSameDevice(op, "absmax", absmax, A);
+  if constexpr (!kIsMeta) {
+    FillOut(out, {&A, &code, &absmax}, [&](at::Tensor& codes) {
+      FillOut(absmax, {&A, &code, &codes},
+              [&](at::Tensor& am) { QuantizeInto(op, A, code, blocksize, dtype, codes, am); });
+    });
   }
 }
 
@@ -130,13 +159,8 @@ void DequantizeBlockwiseOut(const at::Tensor& A, const at::Tensor& absmax, const
   CheckDType(op, "out", out, dtype);
   CheckSameDevice(op, "out", out, A);
   if constexpr (!kIsMeta) {
-    if (out.is_contiguous()) {
-      DequantizeInto(op, A, absmax, code, blocksize, out_type, out);
-    } else {
-      at::Tensor tmp = at::empty(A.sizes(), A.options().dtype(dtype));
-      DequantizeInto(op, A, absmax, code, blocksize, out_type, tmp);
-      out.copy_(tmp);
-    }
+    FillOut(out, {&A, &absmax, &code},
+            [&](at::Tensor& dst) { DequantizeInto(op, A, absmax, code, blocksize, out_type, dst); });
   }
 }
 
@@ -144,6 +168,7 @@ void DequantizeBlockwiseOut(const at::Tensor& A, const at::Tensor& absmax, const
 template <bool kIsMeta>
 void RegisterKernels(torch::Library& m) {
   m.impl("quantize_blockwise", &QuantizeBlockwise<kIsMeta>);
+  m.impl("quantize_blockwise.out", &QuantizeBlockwiseOut<kIsMeta>);
   m.impl("dequantize_blockwise", &DequantizeBlockwise<kIsMeta>);
   m.impl("dequantize_blockwise.out", &DequantizeBlockwiseOut<kIsMeta>);
 }

@@ -126,3 +126,36 @@ def test_out_overload_writes_in_place():
     torch.ops.bnb.dequantize_blockwise.out(q, absmax, CODE, 256, torch.bfloat16, out=out)
     assert out.data_ptr() == ptr
     assert_same_bits(out, ref.dequantize_blockwise(q, absmax, CODE, 256, torch.bfloat16))
+
+
+def test_quantize_out_overload_writes_in_place():
+    A = torch.randn(40, 125, dtype=torch.float16)
+    q_ref, absmax_ref = ref.quantize_blockwise(A, CODE, 128)
+    out, absmax = torch.empty(40, 125, dtype=torch.uint8), torch.empty(40)
+    ptrs = out.data_ptr(), absmax.data_ptr()
+    torch.ops.bnb.quantize_blockwise.out(A, CODE, 128, out, absmax)
+    assert (out.data_ptr(), absmax.data_ptr()) == ptrs
+    assert_same_bits(out, q_ref)
+    assert_same_bits(absmax, absmax_ref)
+    # Non-contiguous destinations of the right shape get the same values.
+    out_t, absmax_s = torch.empty(125, 40, dtype=torch.uint8).t(), torch.empty(80)[::2]
+    torch.ops.bnb.quantize_blockwise.out(A, CODE, 128, out_t, absmax_s)
+    assert_same_bits(out_t.contiguous(), q_ref)
+    assert_same_bits(absmax_s.contiguous(), absmax_ref)
+
+
+def test_out_arguments_aliasing_inputs_get_the_right_values():
+    # dequantize into the very memory that holds the codes
+    q, absmax = torch.ops.bnb.quantize_blockwise(torch.randn(1000), CODE, 64)
+    store = torch.empty(1000)
+    codes_in_store = store.view(torch.uint8)[:1000]
+    codes_in_store.copy_(q)
+    torch.ops.bnb.dequantize_blockwise.out(codes_in_store, absmax, CODE, 64, torch.float32, out=store)
+    assert_same_bits(store, ref.dequantize_blockwise(q, absmax, CODE, 64, torch.float32))
+    # quantize into the first bytes of the input itself
+    A = torch.randn(1000)
+    want_q, want_absmax = ref.quantize_blockwise(A.clone(), CODE, 64)
+    absmax_out = torch.empty(16)
+    torch.ops.bnb.quantize_blockwise.out(A, CODE, 64, A.view(torch.uint8)[:1000], absmax_out)
+    assert_same_bits(A.view(torch.uint8)[:1000], want_q)
+    assert_same_bits(absmax_out, want_absmax)

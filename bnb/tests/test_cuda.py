@@ -25,6 +25,10 @@ def test_cuda_equals_cpu(dtype, blocksize):
     q, am = torch.ops.bnb.quantize_blockwise(A.cuda(), CODE.cuda(), blocksize)
     assert_same_bits(q, q_cpu)
     assert_same_bits(am, am_cpu)
+    q_out, am_out = torch.empty_like(q), torch.empty_like(am)
+    torch.ops.bnb.quantize_blockwise.out(A.cuda(), CODE.cuda(), blocksize, q_out, am_out)
+    assert_same_bits(q_out, q_cpu)
+    assert_same_bits(am_out, am_cpu)
     out = torch.ops.bnb.dequantize_blockwise(q, am, CODE.cuda(), blocksize, dtype)
     assert_same_bits(out, torch.ops.bnb.dequantize_blockwise(q_cpu, am_cpu, CODE, blocksize, dtype))
 

@@ -83,6 +83,14 @@ def test_absmax_only_and_out_arguments():
     q2, state2 = F.quantize_blockwise(A, absmax=absmax_out, out=q_out)
     assert q2 is q_out and state2.absmax is absmax_out
     assert_same_bits(q_out, q)
+    assert_same_bits(absmax_out, state.absmax)
+    q3, state3 = F.quantize_blockwise(A, out=torch.empty(10000, dtype=torch.uint8))  # out alone
+    assert_same_bits(q3, q)
+    assert_same_bits(state3.absmax, state.absmax)
+    nested_absmax = torch.empty(3, dtype=torch.uint8)  # nested: receives the quantized absmax
+    _, state4 = F.quantize_blockwise(A, absmax=nested_absmax, nested=True)
+    assert state4.absmax is nested_absmax
+    assert_same_bits(nested_absmax, F.quantize_blockwise(A, nested=True)[1].absmax)
     with pytest.raises(ValueError, match="requires either quant_state or absmax"):
         F.dequantize_blockwise(q)
 

@@ -21,6 +21,7 @@ def test_opcheck(device, dtype):
     code = CODE.to(device)
     opcheck(torch.ops.bnb.quantize_blockwise.default, (A, code, 256))
     q, absmax = torch.ops.bnb.quantize_blockwise(A, code, 256)
+    opcheck(torch.ops.bnb.quantize_blockwise.out, (A, code, 256, torch.empty_like(q), torch.empty_like(absmax)))
     opcheck(torch.ops.bnb.dequantize_blockwise.default, (q, absmax, code, 256, dtype))
     out = torch.empty_like(A)
     opcheck(torch.ops.bnb.dequantize_blockwise.out, (q, absmax, code, 256, dtype), {"out": out})
@@ -77,6 +78,14 @@ A32 = torch.randn(1000)
     (lambda: torch.ops.bnb.quantize_blockwise(A32, CODE.half(), 64), "code must be Float, got Half"),
     (lambda: torch.ops.bnb.quantize_blockwise(A32, torch.full((256,), float("nan")), 64), "code[0] is nan"),
     (lambda: torch.ops.bnb.quantize_blockwise(torch.empty(0, 4), CODE, 64), "A is empty (shape [0, 4])"),
+    (lambda: torch.ops.bnb.quantize_blockwise.out(A32, CODE, 64, torch.empty(999, dtype=torch.uint8),
+                                                  torch.empty(16)), "out must have A's shape [1000], got [999]"),
+    (lambda: torch.ops.bnb.quantize_blockwise.out(A32, CODE, 64, torch.empty(1000, dtype=torch.int8),
+                                                  torch.empty(16)), "out must be Byte, got Char"),
+    (lambda: torch.ops.bnb.quantize_blockwise.out(A32, CODE, 64, torch.empty(1000, dtype=torch.uint8),
+                                                  torch.empty(15)), "absmax must hold 16 values (one per block of A)"),
+    (lambda: torch.ops.bnb.quantize_blockwise.out(A32, CODE, 64, torch.empty(1000, dtype=torch.uint8),
+                                                  torch.empty(16).double()), "absmax must be Float, got Double"),
     (lambda: torch.ops.bnb.dequantize_blockwise(torch.zeros(1000, dtype=torch.uint8), torch.ones(3), CODE, 64,
                                                 torch.float32), "absmax must hold 16 values (one per block of A), got 3"),
     (lambda: torch.ops.bnb.dequantize_blockwise(torch.zeros(1000, dtype=torch.uint8), torch.ones(16).half(), CODE,

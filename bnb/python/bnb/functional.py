@@ -43,9 +43,16 @@ def quantize_blockwise(
 ) -> tuple[torch.Tensor, QuantState]:
     """Quantizes A (float32/float16/bfloat16) in blocks of `blocksize` values to 8-bit codes of `code` (default:
     the signed dynamic map). nested=True quantizes the absmax values too (minus their mean, the offset).
-    `absmax` and `out`, when given, receive copies of the results. Returns (codes, QuantState)."""
+    `out` (uint8, A's shape) and `absmax` (float32, one per block), when given, receive the results in place
+    (with nested=True, `absmax` receives the quantized absmax). Returns (codes, QuantState)."""
     code = _dynamic_map(A.device) if code is None else code.to(A.device)
-    codes, _absmax = torch.ops.bnb.quantize_blockwise(A, code, blocksize)
+    if out is not None or (absmax is not None and not nested):
+        codes = out if out is not None else torch.empty(A.shape, dtype=torch.uint8, device=A.device)
+        _absmax = absmax if absmax is not None and not nested else torch.empty(
+            -(-A.numel() // blocksize), dtype=torch.float32, device=A.device)
+        torch.ops.bnb.quantize_blockwise.out(A, code, blocksize, codes, _absmax)
+    else:
+        codes, _absmax = torch.ops.bnb.quantize_blockwise(A, code, blocksize)
     if nested:
         offset = _absmax.mean()
         qabsmax, state2 = quantize_blockwise(_absmax - offset, blocksize=blocksize, nested=False)
@@ -53,9 +60,7 @@ def quantize_blockwise(
                            state2=state2)
     else:
         state = QuantState(absmax=_absmax, code=code.clone(), blocksize=blocksize, dtype=A.dtype)
-    if out is not None:
-        codes = out.copy_(codes)
-    if absmax is not None:
+    if absmax is not None and nested:
         state.absmax = absmax.copy_(state.absmax)
     return codes, state
 

@@ -57,6 +57,19 @@ def quantize_blockwise(A: torch.Tensor, code: torch.Tensor, blocksize: int) -> t
     return nearest_code(v, code.to(A.device)).view(A.shape), absmax
 
 
+def quantize_blockwise_out(A: torch.Tensor, code: torch.Tensor, blocksize: int, out: torch.Tensor,
+                           absmax: torch.Tensor) -> None:
+    codes, am = quantize_blockwise(A, code, blocksize)
+    _check(out.shape == A.shape and out.dtype == torch.uint8,
+           f"bnb::quantize_blockwise.out: out must be uint8 of shape {list(A.shape)}, got {out.dtype} "
+           f"{list(out.shape)}")
+    _check(absmax.numel() == am.numel() and absmax.dtype == torch.float32,
+           f"bnb::quantize_blockwise.out: absmax must be float32 with {am.numel()} values (one per block of A), "
+           f"got {absmax.dtype} with {absmax.numel()}")
+    out.copy_(codes)
+    absmax.copy_(am.view(absmax.shape))
+
+
 def dequantize_blockwise(A: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor, blocksize: int,
                          dtype: torch.dtype) -> torch.Tensor:
     _check(A.dtype == torch.uint8, f"bnb::dequantize_blockwise: A must be uint8, got {A.dtype}")
