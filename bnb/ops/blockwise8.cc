@@ -42,9 +42,9 @@ bnb::core::DType CheckQuantizeArgs(const char* op, const at::Tensor& A, const at
 // codes and absmax: contiguous, on A's device, of A's numel and one float per block.
 void QuantizeInto(const char* op, const at::Tensor& A, const at::Tensor& code, int64_t blocksize,
                   bnb::core::DType dtype, at::Tensor& codes, at::Tensor& absmax) {
-  const at::Tensor x = A.contiguous();
   if (A.is_cuda()) {
     const c10::DeviceGuard guard(A.device());
+    const at::Tensor x = A.contiguous();
     const at::Tensor c = code.contiguous();
     ThrowIfLaunchFailed(op, bnb::jit::LaunchQuantizeBlockwise8(
                                 bnb::jit::KernelCache::Global(), A.get_device(), dtype, x.data_ptr(),
@@ -52,6 +52,7 @@ void QuantizeInto(const char* op, const at::Tensor& A, const at::Tensor& code, i
                                 blocksize, CurrentCudaStream(A), CudaThreadsPerBlock(op)));
     return;
   }
+  const at::Tensor x = A.contiguous();
   const int64_t n = x.numel();
   const auto cb = PrepareCode(op, code);
   const void* xp = x.data_ptr();
