@@ -44,5 +44,7 @@ fi
 if [[ $what == bench || $what == all ]]; then
   $python tools/bench/gpu_blockwise8.py || status=$?
   $python tools/bench/gpu_blockwise4.py || status=$?
+  # The CPU kernels too: the GPU machine has 16 cores, where the CPU path meets memory bandwidth.
+  (cd tools/bench && $python cpu_blockwise8.py && $python cpu_blockwise4.py) || status=$?
 fi
 exit $status

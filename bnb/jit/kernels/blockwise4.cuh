@@ -10,7 +10,7 @@
 // bytes of input in flight), G = BLOCKSIZE / PER threads share a block, CTAs stride over tiles of THREADS / G blocks.
 // Buffers that are not aligned, and the partial last block, take a guarded element path.
 //
-// Quantize scales exactly as bnb::core::ScaleToUnit (a correctly rounded division; codebook4.cuh's ScaleFast for
+// Quantize scales exactly as bnb::core::ScaleToUnit (a correctly rounded division; numerics.cuh's ScaleFast for
 // ordinary absmax values, __fdiv_rn otherwise) and finds the code with codebook4.cuh's bucket table in shared memory:
 // one load and one compare per element instead of a 15-midpoint search, which keeps the kernel memory-bound.
 //
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(THREADS)
     if (!active) continue;
     if (gl == 0) absmax[qb] = amax;
 
-    const bool fast = cb4::FastScaleOk(amax);
+    const bool fast = FastScaleOk(amax);
     const float y = fast ? __frcp_rn(amax) : 0.0f;
     if (full && fast) {
       float v[PER];
@@ -208,8 +208,8 @@ __global__ void __launch_bounds__(THREADS)
       unsigned char b[BYTES];
 #pragma unroll
       for (int j = 0; j < BYTES; ++j) {
-        const unsigned hi = cb4::LookupCode(s_key, cb4::ScaleFast(v[2 * j], amax, y));
-        const unsigned lo = cb4::LookupCode(s_key, cb4::ScaleFast(v[2 * j + 1], amax, y));
+        const unsigned hi = cb4::LookupCode(s_key, ScaleFast(v[2 * j], amax, y));
+        const unsigned lo = cb4::LookupCode(s_key, ScaleFast(v[2 * j + 1], amax, y));
         b[j] = (unsigned char)((hi << 4) | lo);
       }
       bw8::store_codes<BYTES>(packed + start / 2, b);
@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(THREADS)
       // inf, NaN, or beyond 2^+-60); x is read again, element by element. start is even, so each pair fills one
       // byte, and an odd n leaves the last low nibble 0.
       const auto code_any = [&](float v) -> unsigned {
-        if (fast) return cb4::LookupCode(s_key, cb4::ScaleFast(v, amax, y));
+        if (fast) return cb4::LookupCode(s_key, ScaleFast(v, amax, y));
         // bnb::core::ScaleToUnit, then the code; NaN (x / NaN) takes the lowest value's code, as the midpoint
         // count gives it.
         const float s = bw8::scale_to_unit(v, amax);

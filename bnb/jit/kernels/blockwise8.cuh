@@ -11,10 +11,13 @@
 //
 // The codebook `code` (256 floats in device memory, finite) is read by every CTA into shared memory; quantize
 // also builds there what bnb::core::PrepareCodebook builds: sorted values (a stable sort, ties mapped to the
-// first code) and the 255 midpoints. Host-side launch helpers: bnb/jit/blockwise8.h.
+// first code), the 255 midpoints, and codebook8.cuh's bucket table. It divides by absmax with numerics.cuh's
+// ScaleFast and finds codes in the table (an exact division and the midpoint search for the rare rest).
+// Host-side launch helpers: bnb/jit/blockwise8.h.
 #pragma once
 
 #include "bnb_common.cuh"
+#include "codebook8.cuh"
 
 namespace bnb {
 namespace bw8 {
@@ -104,6 +107,12 @@ __device__ __forceinline__ float mul_like_host(float c, float a) {
   return p;
 }
 
+// The code of x in a block of absmax `amax` by the exact route: bnb::core::ScaleToUnit, then the midpoint search
+// (NaN, from a NaN absmax, has no midpoint below it: position 0). Out of line: the rare path of the kernel below.
+__device__ __noinline__ unsigned char code_exact(float x, float amax, const float* mid, const unsigned char* s2c) {
+  return s2c[cb8::SortedPosition(mid, scale_to_unit(x, amax))];
+}
+
 }  // namespace bw8
 }  // namespace bnb
 
@@ -116,11 +125,13 @@ __global__ void __launch_bounds__(THREADS)
   using S = bw8::Shape<T, BLOCKSIZE, THREADS>;
   constexpr int PER = S::PER, G = S::G, QPT = S::QPT, NV = S::NV, VEC = S::VEC;
 
-  __shared__ float s_val[256];
-  __shared__ float s_sorted[256];
+  // The bucket table; while the codebook is prepared, its first 2 KB hold the values and the sorted values.
+  __shared__ unsigned int s_key[cb8::kTableSize];
   __shared__ float s_mid[256];
   __shared__ unsigned char s_s2c[256];
   __shared__ unsigned int s_red[THREADS / 32];
+  float* const s_val = reinterpret_cast<float*>(s_key);
+  float* const s_sorted = s_val + 256;
 
   // The codebook prepared as bnb::core::PrepareCodebook does: the stable rank of each value, each sorted position
   // mapped to the first code holding that value, and midpoints (s[i] + s[i+1]) * 0.5f.
@@ -140,9 +151,10 @@ __global__ void __launch_bounds__(THREADS)
   }
   __syncthreads();
   for (int i = threadIdx.x; i < 255; i += THREADS) s_mid[i] = __fmul_rn(__fadd_rn(s_sorted[i], s_sorted[i + 1]), 0.5f);
+  if (threadIdx.x == 0) s_mid[255] = __uint_as_float(0x7F800000u);  // +inf: the table's "no change" midpoint
   __syncthreads();
-  const float m127 = s_mid[127], m63 = s_mid[63], m191 = s_mid[191];
-  const float m31 = s_mid[31], m95 = s_mid[95], m159 = s_mid[159], m223 = s_mid[223];
+  for (int i = threadIdx.x; i < cb8::kTableSize; i += THREADS) s_key[i] = cb8::MakeEntry(s_mid, s_s2c, i);
+  __syncthreads();
 
   const long long nblocks = (n + BLOCKSIZE - 1) / BLOCKSIZE;
   const long long ntiles = (nblocks + QPT - 1) / QPT;
@@ -176,24 +188,27 @@ __global__ void __launch_bounds__(THREADS)
     const float amax = group_absmax<G>(mb, s_red, group);
     if (!active) continue;
     if (gl == 0) absmax[qb] = amax;
-    // bnb::core::NearestCode; the first three levels of the binary search come from registers.
-    const auto nearest = [&](float x) -> unsigned char {
-      const float s = bw8::scale_to_unit(x, amax);
-      int pos = s > m127 ? 128 : 0;
-      pos += s > (pos ? m191 : m63) ? 64 : 0;
-      pos += s > ((pos & 128) ? ((pos & 64) ? m223 : m159) : ((pos & 64) ? m95 : m31)) ? 32 : 0;
-#pragma unroll
-      for (int step = 16; step > 0; step >>= 1) pos += s > s_mid[pos + step - 1] ? step : 0;
-      return s_s2c[pos];
+    // Ordinary blocks scale with numerics.cuh's ScaleFast and look the code up; nonzero quotients below 2^-19
+    // (where ScaleFast may be an ulp off), values in marked buckets, and blocks of absmax 0, inf, NaN or beyond
+    // 2^+-60 take code_exact.
+    const bool fast = FastScaleOk(amax);
+    const float y = fast ? __frcp_rn(amax) : 0.0f;
+    const auto code_of = [&](float xv) -> unsigned char {
+      if (fast) {
+        const float s = ScaleFast(xv, amax, y);
+        unsigned c;
+        if (cb8::LookupCode(s_key, s_mid, s, &c) && !(fabsf(s) < 0x1p-19f && xv != 0.0f)) return (unsigned char)c;
+      }
+      return bw8::code_exact(xv, amax, s_mid, s_s2c);
     };
     if (full) {
       unsigned char c[PER];
 #pragma unroll
-      for (int k = 0; k < PER; ++k) c[k] = nearest(v[k]);
+      for (int k = 0; k < PER; ++k) c[k] = code_of(v[k]);
       bw8::store_codes<PER>(codes + start, c);
     } else {
 #pragma unroll 1
-      for (int k = 0; k < PER && start + k < n; ++k) codes[start + k] = nearest(Elem<T>::load(x + start + k));
+      for (int k = 0; k < PER && start + k < n; ++k) codes[start + k] = code_of(Elem<T>::load(x + start + k));
     }
   }
 }

@@ -4,22 +4,15 @@
 //
 // - Codebook4Tables: the 16 code values of NF4 / FP4 and, derived from them at compile time, the 15 midpoints and
 //   the sorted-position -> code map of bnb::core::Codebook4 (blockwise4.h).
-// - ScaleFast: x / a correctly rounded, as bnb::core::ScaleToUnit computes it, in 5 multiply-adds once 1/a is known
-//   (Markstein's correction steps), for the blocks whose absmax allows it (FastScaleOk).
+// - The division by absmax is numerics.cuh's ScaleFast; quotients below 2^-20, where it may be an ulp off, all
+//   fall in the table's clamped bottom bucket, whose code does not depend on the exact value.
 // - A bucket table that turns a scaled value into its code with one shared-memory load and one compare instead of a
 //   15-midpoint search: the key of s is its sign, exponent and 2 leading mantissa bits (|s| clamped below at
 //   2^-12), and every bucket holds at most one code change (checked by the host test for every bucket used). The
 //   compiler computes the table (MakeKeyTable); each CTA copies it into shared memory.
 #pragma once
 
-#if defined(__CUDACC__)
-#define BNB_CB4_HD __host__ __device__ __forceinline__
-#define BNB_CB4_CONSTEXPR_HD __host__ __device__ constexpr
-#else
-#include <cmath>
-#define BNB_CB4_HD inline
-#define BNB_CB4_CONSTEXPR_HD constexpr
-#endif
+#include "numerics.cuh"
 
 namespace bnb {
 namespace cb4 {
@@ -37,7 +30,7 @@ struct Codebook4Tables {
 // bnb::core::Codebook4's preparation, evaluated by the compiler: a stable sort of the codes by value (so among equal
 // values, FP4's +0 and -0, the lowest code comes first), float32 midpoints, and each sorted position mapped to the
 // lowest code whose value equals it (== treats +0 and -0 as one value).
-BNB_CB4_CONSTEXPR_HD Codebook4Tables MakeCodebook4Tables(int quant) {
+BNB_CONSTEXPR_HD Codebook4Tables MakeCodebook4Tables(int quant) {
   // NF4: bitsandbytes' get_4bit_type("nf4") values, float32 values printed in full (exact literals).
   // FP4: bitsandbytes' values divided by their absolute maximum 12 in float32 (each division correctly rounded).
   Codebook4Tables t{};
@@ -86,48 +79,11 @@ BNB_CB4_CONSTEXPR_HD Codebook4Tables MakeCodebook4Tables(int quant) {
   return t;
 }
 
-// Bit casts usable in constant expressions (GCC >= 11, Clang, NVRTC).
-BNB_CB4_CONSTEXPR_HD unsigned FloatBits(float f) { return __builtin_bit_cast(unsigned, f); }
-BNB_CB4_CONSTEXPR_HD float BitsFloat(unsigned u) { return __builtin_bit_cast(float, u); }
-// Single roundings, never contracted into one another (NVRTC fuses a * b + c unless told otherwise).
-BNB_CB4_HD float MulRn(float a, float b) {
-#if defined(__CUDACC__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-BNB_CB4_HD float FmaRn(float a, float b, float c) {
-#if defined(__CUDACC__)
-  return __fmaf_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
-
 // Sorted position of v: the number of midpoints strictly below it (bnb::core::SortedPosition4; NaN -> 0).
-BNB_CB4_CONSTEXPR_HD int SortedPosition(const Codebook4Tables& t, float v) {
+BNB_CONSTEXPR_HD int SortedPosition(const Codebook4Tables& t, float v) {
   int pos = 0;
   for (int i = 0; i < 15; ++i) pos += (v > t.mid[i]) ? 1 : 0;
   return pos;
-}
-
-// ---- Division. ----
-// Blocks whose absmax a lies in [2^-60, 2^60] take ScaleFast: 1/a is then a normal float, and for every x in
-// [-a, a] with |x / a| >= 2^-20 the operands, residuals and quotient stay far from underflow, which is what
-// Markstein's theorem needs for the last step to round correctly. Smaller quotients may come out an ulp off, but
-// they all lie in the clamped bottom bucket of the code table, where the code does not depend on the exact value.
-// Other blocks (0, inf, NaN, extreme absmax) divide exactly with __fdiv_rn.
-BNB_CB4_HD bool FastScaleOk(float a) { return a >= 0x1p-60f && a <= 0x1p60f; }
-
-// y = 1/a correctly rounded (computed once per block). q0 within a few ulps, q1 within an ulp of x / a; the
-// final correction q2 = RN(q1 + r1 * y), r1 = x - a * q1 exactly (one fma), is RN(x / a).
-BNB_CB4_HD float ScaleFast(float x, float a, float y) {
-  const float q0 = MulRn(x, y);
-  const float r0 = FmaRn(-a, q0, x);
-  const float q1 = FmaRn(r0, y, q0);
-  const float r1 = FmaRn(-a, q1, x);
-  return FmaRn(r1, y, q1);
 }
 
 // ---- Code table. ----
@@ -147,13 +103,13 @@ struct KeyEntry {
 };
 
 // The i-th used key, i in [0, kKeysUsed).
-BNB_CB4_CONSTEXPR_HD unsigned UsedKey(int i) {
+BNB_CONSTEXPR_HD unsigned UsedKey(int i) {
   const int half = kKeysUsed / 2;
   return i < half ? kKeyMin + static_cast<unsigned>(i) : kKeyNegBegin + static_cast<unsigned>(i - half);
 }
 
 // Key of s (s not NaN): sign and magnitude bits of max(|s|, 2^-12), shifted.
-BNB_CB4_HD unsigned KeyOf(float s) {
+BNB_HD unsigned KeyOf(float s) {
   const unsigned b = FloatBits(s);
   unsigned m = b & 0x7FFFFFFFu;
   m = m > kTinyBits ? m : kTinyBits;
@@ -162,7 +118,7 @@ BNB_CB4_HD unsigned KeyOf(float s) {
 
 // The entry of `key`. The bucket is the closed range of floats with that key (for the bottom keys, extended down
 // to 0 by the clamp). valid = 0 when the codes in it change more than once (never for the used keys of NF4 and FP4).
-BNB_CB4_CONSTEXPR_HD KeyEntry MakeKeyEntry(const Codebook4Tables& t, unsigned key) {
+BNB_CONSTEXPR_HD KeyEntry MakeKeyEntry(const Codebook4Tables& t, unsigned key) {
   const unsigned first = key << kKeyShift, last = first | ((1u << kKeyShift) - 1u);
   const bool neg = (key & 0x400u) != 0;
   unsigned lo_bits = neg ? last : first, hi_bits = neg ? first : last;
@@ -191,7 +147,7 @@ BNB_CB4_CONSTEXPR_HD KeyEntry MakeKeyEntry(const Codebook4Tables& t, unsigned ke
 }
 
 // A table slot: the entry in one 8-byte word (one shared-memory load): mid's bits | lo << 32 | hi << 40.
-BNB_CB4_CONSTEXPR_HD unsigned long long PackKeyEntry(const KeyEntry& e) {
+BNB_CONSTEXPR_HD unsigned long long PackKeyEntry(const KeyEntry& e) {
   return (unsigned long long)FloatBits(e.mid) | ((unsigned long long)e.lo << 32) | ((unsigned long long)e.hi << 40);
 }
 
@@ -199,7 +155,7 @@ BNB_CB4_CONSTEXPR_HD unsigned long long PackKeyEntry(const KeyEntry& e) {
 struct KeyTable {
   unsigned long long entry[kKeysUsed];
 };
-BNB_CB4_CONSTEXPR_HD KeyTable MakeKeyTable(int quant) {
+BNB_CONSTEXPR_HD KeyTable MakeKeyTable(int quant) {
   const Codebook4Tables t = MakeCodebook4Tables(quant);
   KeyTable k{};
   for (int i = 0; i < kKeysUsed; ++i) k.entry[i] = PackKeyEntry(MakeKeyEntry(t, UsedKey(i)));
@@ -207,7 +163,7 @@ BNB_CB4_CONSTEXPR_HD KeyTable MakeKeyTable(int quant) {
 }
 
 // The code of s through the table of packed entries, indexed by key - kKeyMin. s must not be NaN.
-BNB_CB4_HD unsigned LookupCode(const unsigned long long* table, float s) {
+BNB_HD unsigned LookupCode(const unsigned long long* table, float s) {
   const unsigned long long e = table[KeyOf(s) - kKeyMin];
   const unsigned codes = (unsigned)(e >> 32);
   return s > BitsFloat((unsigned)e) ? (codes >> 8) & 0xFFu : codes & 0xFFu;
