@@ -19,6 +19,7 @@
 #include "bnb/jit/compiler.h"
 #include "bnb/jit/cuda_api.h"
 #include "bnb/jit/kernel_sources.h"
+#include "bnb/tests/special_values.h"
 #include "gtest/gtest.h"
 
 namespace bnb::cb4 {
@@ -201,15 +202,7 @@ TEST(QuantizeModel, EqualsQuantizeBlockwise4Scalar) {
       for (int64_t i = 0; i < n; ++i) {
         const int64_t blk = i / bs;
         float v = normal(rng) * std::ldexp(1.0f, static_cast<int>(blk % 200) - 100);  // absmax from 2^-100 up
-        switch (rng() % 97) {
-          case 0: v = NAN; break;
-          case 1: v = INFINITY; break;
-          case 2: v = -INFINITY; break;
-          case 3: v = 0.0f; break;
-          case 4: v = -0.0f; break;
-          case 5: v = 1e-40f; break;
-          default: break;
-        }
+        v = tests::MaybeSpecial(rng, v);
         if (blk % 37 == 5) v = 0.0f;  // all-zero blocks
         core::StoreFromFloat(dt, x.data(), i, v);
       }

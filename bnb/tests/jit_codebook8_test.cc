@@ -12,6 +12,7 @@
 #include "bnb/core/codebook.h"
 #include "bnb/core/dtype.h"
 #include "bnb/jit/codebook8_host.h"
+#include "bnb/tests/special_values.h"
 #include "gtest/gtest.h"
 
 namespace bnb::cb8 {
@@ -126,16 +127,7 @@ TEST(QuantizeModel, EqualsQuantizeBlockwise8Scalar) {
       for (int64_t i = 0; i < n; ++i) {
         const int64_t blk = i / bs;
         float v = normal(rng) * std::ldexp(1.0f, static_cast<int>(blk % 128) - 100);
-        switch (rng() % 97) {
-          case 0: v = NAN; break;
-          case 1: v = INFINITY; break;
-          case 2: v = -INFINITY; break;
-          case 3: v = 0.0f; break;
-          case 4: v = -0.0f; break;
-          case 5: v = 1e-40f; break;
-          case 6: v *= 1e-7f; break;  // tiny quotients
-          default: break;
-        }
+        v = tests::MaybeSpecial(rng, v);
         if (blk % 37 == 5) v = 0.0f;  // all-zero blocks
         core::StoreFromFloat(dt, x.data(), i, v);
       }

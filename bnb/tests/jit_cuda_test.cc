@@ -12,6 +12,7 @@
 #include "bnb/core/codebook.h"
 #include "bnb/jit/blockwise8.h"
 #include "bnb/jit/cuda_api.h"
+#include "bnb/tests/special_values.h"
 #include "bnb/jit/kernel_cache.h"
 #include "bnb/jit/launcher.h"
 #include "gtest/gtest.h"
@@ -58,17 +59,7 @@ std::vector<uint8_t> MakeInput(DType t, int64_t n, uint32_t seed, bool specials)
   std::vector<uint8_t> x(static_cast<size_t>(n) * es);
   for (int64_t i = 0; i < n; ++i) {
     float v = normal(rng) * std::pow(10.0f, static_cast<float>(static_cast<int>(rng() % 7) - 3));
-    if (specials) {
-      switch (rng() % 64) {
-        case 0: v = NAN; break;
-        case 1: v = INFINITY; break;
-        case 2: v = -INFINITY; break;
-        case 3: v = 0.0f; break;
-        case 4: v = -0.0f; break;
-        case 5: v = 1e-40f; break;
-        default: break;
-      }
-    }
+    if (specials) v = tests::MaybeSpecial(rng, v, 64);
     core::StoreFromFloat(t, x.data(), i, v);
   }
   if (specials && n > 300) {  // an all-zero block and a block with a huge dynamic range
