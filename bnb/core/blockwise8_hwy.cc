@@ -10,6 +10,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bnb/core/blockwise8_hwy.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "bnb/core/hwy_common-inl.h"
 
@@ -224,9 +225,24 @@ HWY_INLINE VF CodeValues(const PreparedCodebook& cb, const uint8_t* codes) {
 #endif
 }
 
+// Outputs this large or larger are written with streaming stores, around the caches (no read of each line before
+// it is overwritten): 64M-element dequantize on Zen 3, 2 threads, paired runs: f32 15.4 -> 14.3 ms, bf16 14.0 ->
+// 12.8 ms (the 4-bit dequantize measured no faster with them).
+constexpr int64_t kStreamFromBytes = int64_t{64} << 20;
+
+// Whether StoreF32<kT, ..., kStream = true> may write the n-element output at `out`: large enough, 64-byte aligned
+// (every vector store then is, at its multiple of Lanes(DF) elements), and stores of whole 16-byte vectors (a
+// narrower 16-bit store cannot stream). Callers that stream end with hwy::FlushStream().
+template <DType kT>
+HWY_INLINE bool UseStreamingStores(const void* out, int64_t n) {
+  constexpr int64_t kSize = kT == DType::kFloat32 ? 4 : 2;
+  return HWY_TARGET != HWY_SCALAR && kT != DType::kFloat16 && kSize * static_cast<int64_t>(kN) >= 16 &&
+         n * kSize >= kStreamFromBytes && reinterpret_cast<uintptr_t>(out) % 64 == 0;
+}
+
 // Elements [lo, hi) of one block. kNoNaN: the block's absmax is finite, so no product is NaN (codebook values
 // are finite).
-template <DType kT, bool kNoNaN>
+template <DType kT, bool kNoNaN, bool kStream>
 HWY_INLINE void DequantizeBlock(const uint8_t* codes, float amax, const PreparedCodebook& cb, int64_t lo,
                                 int64_t hi, void* out) {
   const DF df;
@@ -238,25 +254,38 @@ HWY_INLINE void DequantizeBlock(const uint8_t* codes, float amax, const Prepared
   for (; i + 2 * N <= vec_end; i += 2 * N) {  // two gathers in flight
     const VF v0 = CodeValues<kScalarLoads>(cb, codes + i);
     const VF v1 = CodeValues<kScalarLoads>(cb, codes + i + N);
-    StoreF32<kT, kNoNaN>(hn::Mul(v0, scale), out, i);
-    StoreF32<kT, kNoNaN>(hn::Mul(v1, scale), out, i + N);
+    StoreF32<kT, kNoNaN, kStream>(hn::Mul(v0, scale), out, i);
+    StoreF32<kT, kNoNaN, kStream>(hn::Mul(v1, scale), out, i + N);
   }
-  for (; i < vec_end; i += N) StoreF32<kT, kNoNaN>(hn::Mul(CodeValues<kScalarLoads>(cb, codes + i), scale), out, i);
+  for (; i < vec_end; i += N) {
+    StoreF32<kT, kNoNaN, kStream>(hn::Mul(CodeValues<kScalarLoads>(cb, codes + i), scale), out, i);
+  }
   for (; i < hi; ++i) StoreFromFloat(kT, out, i, cb.values[codes[i]] * amax);
+}
+
+template <DType kT, bool kStream>
+void DequantizeBlocks(const uint8_t* codes, const float* absmax, const PreparedCodebook& cb,
+                      const Blockwise8Range& r, void* out) {
+  for (int64_t b = r.block_begin; b < r.block_end; ++b) {
+    const int64_t lo = b * r.blocksize;
+    const int64_t hi = std::min(lo + r.blocksize, r.n);
+    if (std::isfinite(absmax[b])) {
+      DequantizeBlock<kT, true, kStream>(codes, absmax[b], cb, lo, hi, out);
+    } else {
+      DequantizeBlock<kT, false, kStream>(codes, absmax[b], cb, lo, hi, out);
+    }
+  }
 }
 
 template <DType kT>
 void DequantizeT(const uint8_t* codes, const float* absmax, const PreparedCodebook& cb, const Blockwise8Range& r,
                  void* out) {
-  for (int64_t b = r.block_begin; b < r.block_end; ++b) {
-    const int64_t lo = b * r.blocksize;
-    const int64_t hi = std::min(lo + r.blocksize, r.n);
-    if (std::isfinite(absmax[b])) {
-      DequantizeBlock<kT, true>(codes, absmax[b], cb, lo, hi, out);
-    } else {
-      DequantizeBlock<kT, false>(codes, absmax[b], cb, lo, hi, out);
-    }
+  if (UseStreamingStores<kT>(out, r.n)) {
+    DequantizeBlocks<kT, true>(codes, absmax, cb, r, out);
+    hwy::FlushStream();
+    return;
   }
+  DequantizeBlocks<kT, false>(codes, absmax, cb, r, out);
 }
 
 void Quantize(DType dtype, const void* x, const PreparedCodebook& cb, const Blockwise8Range& r, uint8_t* codes,

@@ -71,11 +71,15 @@ HWY_INLINE VF LoadF32(const void* base, int64_t i) {
 
 // Stores Lanes(DF) floats to base[i] as `kT`, rounding to nearest even exactly as StoreFromFloat does.
 // kNoNaN: the caller knows no lane is NaN (bfloat16 then skips the NaN fix-up).
-template <DType kT, bool kNoNaN = false>
+template <DType kT, bool kNoNaN = false, bool kStream = false>
 HWY_INLINE void StoreF32(VF v, void* base, int64_t i) {
   const DF df;
   if constexpr (kT == DType::kFloat32) {
-    hn::StoreU(v, df, static_cast<float*>(base) + i);
+    if constexpr (kStream) {
+      hn::Stream(v, df, static_cast<float*>(base) + i);
+    } else {
+      hn::StoreU(v, df, static_cast<float*>(base) + i);
+    }
   } else if constexpr (kT == DType::kBFloat16) {
     const DU32 du32;
     const auto bits = hn::BitCast(du32, v);
@@ -83,7 +87,12 @@ HWY_INLINE void StoreF32(VF v, void* base, int64_t i) {
     auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du32, 0x7FFF), lsb)));
     if (!kNoNaN) rounded = hn::IfThenElse(hn::RebindMask(du32, hn::IsNaN(v)), hn::Set(du32, 0x7FC0), rounded);
     // Lanes hold 16-bit values: the signed narrowing (all targets have it) keeps them.
-    hn::StoreU(hn::DemoteTo(DU16(), hn::BitCast(DI(), rounded)), DU16(), static_cast<uint16_t*>(base) + i);
+    const auto narrow = hn::DemoteTo(DU16(), hn::BitCast(DI(), rounded));
+    if constexpr (kStream) {
+      hn::Stream(narrow, DU16(), static_cast<uint16_t*>(base) + i);
+    } else {
+      hn::StoreU(narrow, DU16(), static_cast<uint16_t*>(base) + i);
+    }
   } else if constexpr (kNativeHalf) {
     const hn::Rebind<hwy::float16_t, DF> dh;
     hn::StoreU(hn::DemoteTo(dh, v), dh, static_cast<hwy::float16_t*>(base) + i);

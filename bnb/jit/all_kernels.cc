@@ -8,7 +8,8 @@
 namespace bnb::jit {
 
 const std::vector<std::string>& KernelHeaderOnlyFiles() {
-  static const std::vector<std::string>* const files = new std::vector<std::string>{"bnb_common", "codebook4", "codebook8", "numerics"};
+  static const std::vector<std::string>* const files =
+      new std::vector<std::string>{"bnb_common", "codebook4", "codebook8", "numerics"};
   return *files;
 }
 

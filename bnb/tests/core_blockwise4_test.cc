@@ -3,6 +3,7 @@
 #include "bnb/core/blockwise4.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>

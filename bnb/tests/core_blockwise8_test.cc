@@ -2,6 +2,7 @@
 #include "bnb/core/blockwise8.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -176,6 +177,29 @@ TEST_P(EveryIsa, HardValuesEqualScalarExactly) {
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(codes[i], codes_ref[i]) << "x = " << x[i] << " (bits " << std::hex << FloatToBits(x[i]) << ")";
     }
+  }
+}
+
+// Outputs of 64 MB and more, 64-byte aligned, are written with streaming stores: still exactly the scalar values.
+TEST_P(EveryIsa, LargeAlignedOutputsEqualScalar) {
+  const PreparedCodebook cb = DynamicCodebook();
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    const int64_t n = (int64_t{64} << 20) / DTypeSize(dtype) + 1000, bs = 4096;
+    SCOPED_TRACE(DTypeName(dtype));
+    std::vector<uint8_t> codes(n);
+    std::mt19937 rng(3);
+    for (auto& c : codes) c = static_cast<uint8_t>(rng());
+    std::vector<float> absmax(NumBlocks(n, bs));
+    for (auto& a : absmax) a = static_cast<float>(rng() % 1000) / 7.0f;
+    absmax[3] = NAN;
+    absmax[5] = INFINITY;
+    const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+    std::vector<uint8_t> buf(bytes + 64), out_ref(bytes);
+    uint8_t* out = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+    const Blockwise8Range r{n, bs, 0, NumBlocks(n, bs)};
+    DequantizeBlockwise8(dtype, codes.data(), absmax.data(), cb, r, out);
+    DequantizeBlockwise8Scalar(dtype, codes.data(), absmax.data(), cb.values.data(), r, out_ref.data());
+    ASSERT_EQ(std::memcmp(out, out_ref.data(), bytes), 0);
   }
 }
 
