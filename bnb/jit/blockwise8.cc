@@ -41,8 +41,17 @@ absl::StatusOr<KernelSpec> Blockwise8Spec(bool quantize, core::DType dtype, int6
   return s;
 }
 
+KernelSpec PrepareCodebook8Spec(const std::string& arch) {
+  KernelSpec s;
+  s.template_name = "blockwise8";
+  s.entry = "prepare_codebook8";
+  s.template_args = {{"THREADS", "256"}};
+  s.arch = arch;
+  return s;
+}
+
 std::vector<KernelSpec> AllBlockwise8Specs(const std::string& arch, int threads) {
-  std::vector<KernelSpec> out;
+  std::vector<KernelSpec> out = {PrepareCodebook8Spec(arch)};
   for (bool q : {true, false}) {
     for (core::DType t : {core::DType::kFloat32, core::DType::kFloat16, core::DType::kBFloat16}) {
       for (int64_t bs = core::kMinBlocksize; bs <= core::kMaxBlocksize; bs *= 2) {
@@ -59,14 +68,20 @@ Dim3 Blockwise8Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype
 }
 
 absl::Status LaunchQuantizeBlockwise8(KernelCache& cache, int device, core::DType dtype, const void* x,
-                                      const float* code, uint8_t* codes, float* absmax, int64_t n,
+                                      const float* code, uint8_t* codes, float* absmax, void* scratch, int64_t n,
                                       int64_t blocksize, void* stream, int threads) {
   if (n == 0) return absl::OkStatus();
   absl::StatusOr<KernelSpec> spec = Blockwise8Spec(true, dtype, blocksize, threads, "");
   if (!spec.ok()) return spec.status();
   if (threads == 0) threads = kDefaultBlockwise8Threads;
+  absl::StatusOr<LoadedKernel> prepare = cache.GetKernel(PrepareCodebook8Spec(""), device);
+  if (!prepare.ok()) return prepare.status();
+  void* prepare_args[] = {&code, &scratch};
+  Dim3 one, block;
+  block.x = 256;
+  if (absl::Status st = LaunchKernel(*prepare, one, block, 0, stream, prepare_args); !st.ok()) return st;
   long long nn = n;
-  void* args[] = {&x, &code, &codes, &absmax, &nn};
+  void* args[] = {&x, &scratch, &codes, &absmax, &nn};
   return LaunchOverBlockTiles(cache, device, *spec, n, blocksize, threads, PerThread(blocksize, threads, dtype),
                               stream, args);
 }

@@ -25,16 +25,24 @@ const char* CudaTypeName(core::DType dtype);
 absl::StatusOr<KernelSpec> Blockwise8Spec(bool quantize, core::DType dtype, int64_t blocksize, int threads,
                                           const std::string& arch);
 
-// Every quantize and dequantize spec, for every dtype and blocksize (for cache warm and the NVRTC test).
+// The spec of prepare_codebook8, the first of quantize's two launches.
+KernelSpec PrepareCodebook8Spec(const std::string& arch);
+
+// Device bytes quantize needs for the prepared codebook (sizeof(bw8::Prepared) in kernels/blockwise8.cuh).
+inline constexpr int64_t kQuantizeBlockwise8ScratchBytes = 22784;
+
+// Every quantize and dequantize spec, for every dtype and blocksize, and the prepare spec (for cache warm and the
+// NVRTC test).
 std::vector<KernelSpec> AllBlockwise8Specs(const std::string& arch, int threads = 0);
 
 // Grid for n elements: one CTA per tile of quant blocks, at most as many as fit on the device at once.
 Dim3 Blockwise8Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device);
 
 // Get (compile or load) and launch. x, out: n elements of dtype; codes: n bytes; absmax: NumBlocks floats;
-// code: the 256-entry codebook (finite floats). n == 0 launches nothing.
+// code: the 256-entry codebook (finite floats); scratch: kQuantizeBlockwise8ScratchBytes, 16-byte aligned, free
+// for the launches' use on `stream`. n == 0 launches nothing.
 absl::Status LaunchQuantizeBlockwise8(KernelCache& cache, int device, core::DType dtype, const void* x,
-                                      const float* code, uint8_t* codes, float* absmax, int64_t n,
+                                      const float* code, uint8_t* codes, float* absmax, void* scratch, int64_t n,
                                       int64_t blocksize, void* stream, int threads = 0);
 absl::Status LaunchDequantizeBlockwise8(KernelCache& cache, int device, core::DType dtype, const uint8_t* codes,
                                         const float* code, const float* absmax, void* out, int64_t n,

@@ -46,10 +46,14 @@ void QuantizeInto(const char* op, const at::Tensor& A, const at::Tensor& code, i
     const c10::DeviceGuard guard(A.device());
     const at::Tensor x = A.contiguous();
     const at::Tensor c = code.contiguous();
+    // The prepared codebook, from torch's caching allocator on the current stream (freed after the launches, its
+    // memory is reused only by work ordered after them).
+    at::Tensor scratch = at::empty({bnb::jit::kQuantizeBlockwise8ScratchBytes}, A.options().dtype(at::kByte));
     ThrowIfLaunchFailed(op, bnb::jit::LaunchQuantizeBlockwise8(
                                 bnb::jit::KernelCache::Global(), A.get_device(), dtype, x.data_ptr(),
-                                c.data_ptr<float>(), codes.data_ptr<uint8_t>(), absmax.data_ptr<float>(), x.numel(),
-                                blocksize, CurrentCudaStream(A), CudaThreadsPerBlock(op)));
+                                c.data_ptr<float>(), codes.data_ptr<uint8_t>(), absmax.data_ptr<float>(),
+                                scratch.data_ptr(), x.numel(), blocksize, CurrentCudaStream(A),
+                                CudaThreadsPerBlock(op)));
     return;
   }
   const at::Tensor x = A.contiguous();

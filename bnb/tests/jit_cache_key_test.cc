@@ -161,7 +161,8 @@ TEST(Blockwise8Spec, ArgsAndErrors) {
   EXPECT_EQ(s->NameExpression(), "quantize_blockwise8<bnb::half, 64, 256>");
   EXPECT_FALSE(Blockwise8Spec(true, core::DType::kFloat16, 48, 0, "sm_80").ok());
   EXPECT_FALSE(Blockwise8Spec(false, core::DType::kFloat32, 64, 96, "sm_80").ok());
-  EXPECT_EQ(AllBlockwise8Specs("sm_90").size(), 2u * 3u * 8u);
+  EXPECT_EQ(AllBlockwise8Specs("sm_90").size(), 2u * 3u * 8u + 1u);  // and prepare_codebook8
+  EXPECT_EQ(AllBlockwise8Specs("sm_90").front().NameExpression(), "prepare_codebook8<256>");
   DeviceInfo h100;
   h100.sm_count = 132;
   h100.max_threads_per_sm = 2048;

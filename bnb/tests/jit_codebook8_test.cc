@@ -2,6 +2,7 @@
 // GPU runs) against bnb/core's definition: the bucket table gives NearestCode's code for every scaled value it is
 // trusted with, and the kernel's per-element choice (ScaleFast and the table, else the exact division and the
 // search) reproduces QuantizeBlockwise8Scalar. No GPU needed.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -11,6 +12,7 @@
 #include "bnb/core/blockwise8.h"
 #include "bnb/core/codebook.h"
 #include "bnb/core/dtype.h"
+#include "bnb/jit/blockwise8.h"
 #include "bnb/jit/codebook8_host.h"
 #include "bnb/tests/special_values.h"
 #include "gtest/gtest.h"
@@ -32,10 +34,13 @@ Prepared Prepare(const std::vector<float>& code) {
   for (int32_t c : p.cb.sorted_to_code) p.s2c.push_back(static_cast<unsigned char>(c));
   p.mid.assign(p.cb.midpoints.begin(), p.cb.midpoints.end());
   p.mid.push_back(INFINITY);
-  for (int i = 0; i < kTableSize; ++i) {
-    p.table.push_back(MakeEntry(p.mid.data(), p.s2c.data(), i));
-    p.marked += static_cast<int>(p.table.back() >> 24);
+  // As a CTA of 256 threads fills it: runs of 21 entries.
+  p.table.assign(kTableSize, 0u);
+  constexpr int kRun = (kTableSize + 255) / 256;
+  for (int begin = 0; begin < kTableSize; begin += kRun) {
+    MakeEntries(p.mid.data(), p.s2c.data(), begin, std::min(begin + kRun, kTableSize), p.table.data());
   }
+  for (unsigned e : p.table) p.marked += static_cast<int>(e >> 24);
   return p;
 }
 
@@ -57,6 +62,24 @@ std::vector<float> Awkward() {
   code[71] = -1e-10f;
   code[72] = 3e-7f;
   return code;
+}
+
+// Every entry is the same whatever run it is filled in and wherever its searches start.
+TEST(Codebook8Table, EntriesDoNotDependOnTheWalk) {
+  for (const std::vector<float>& code : {*core::CreateDynamicMap(), Awkward()}) {
+    const Prepared p = Prepare(code);
+    std::mt19937 rng(9);
+    for (int i = 0; i < kTableSize; ++i) {
+      int pos = static_cast<int>(rng() % 256);
+      ASSERT_EQ(MakeEntry(p.mid.data(), p.s2c.data(), i, &pos), p.table[i]) << "entry " << i;
+    }
+  }
+}
+
+// The host's size of the scratch buffer is the kernel's sizeof(bw8::Prepared): table, 256 midpoints, 256 codes.
+TEST(Codebook8Table, ScratchHoldsThePreparedCodebook) {
+  EXPECT_EQ(jit::kQuantizeBlockwise8ScratchBytes, kTableSize * 4 + 256 * 4 + 256);
+  EXPECT_EQ(jit::kQuantizeBlockwise8ScratchBytes % 16, 0);
 }
 
 TEST(Codebook8Table, KeysCoverEveryScaledValue) {

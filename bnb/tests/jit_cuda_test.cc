@@ -40,7 +40,7 @@ class CudaTest : public testing::Test {
     CUdeviceptr ptr = 0;
     EXPECT_EQ(d_->cuMemAlloc(&ptr, bytes + offset + 16), 0);
     allocs_.push_back(ptr);
-    if (bytes) {
+    if (p != nullptr && bytes != 0) {  // nullptr: an uninitialized buffer
       EXPECT_EQ(d_->cuMemcpyHtoD(ptr + offset, p, bytes), 0);
     }
     return ptr + offset;
@@ -97,9 +97,11 @@ void RunCase(CudaTest* self, KernelCache& cache, DType t, int64_t bs, int thread
   self->allocs_.push_back(out_buf);
   uint8_t* codes_ptr = reinterpret_cast<uint8_t*>(codes_buf + misalign);
   void* out_ptr = reinterpret_cast<void*>(out_buf + misalign * es);
+  const CUdeviceptr scratch = self->Upload(nullptr, kQuantizeBlockwise8ScratchBytes);
   absl::Status st = LaunchQuantizeBlockwise8(cache, 0, t, reinterpret_cast<const void*>(dx),
                                              reinterpret_cast<const float*>(dcode), codes_ptr,
-                                             reinterpret_cast<float*>(dabsmax), n, bs, nullptr, threads);
+                                             reinterpret_cast<float*>(dabsmax), reinterpret_cast<void*>(scratch), n,
+                                             bs, nullptr, threads);
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(d.cuCtxSynchronize(), 0);
   ASSERT_EQ(d.cuMemcpyDtoH(got_codes.data(), codes_buf + misalign, n), 0);

@@ -9,11 +9,12 @@
 // GPU at once). Loads and stores are 16-byte vectors, coalesced across the warp, all issued before use; buffers
 // that are not 16-byte aligned, and the partial last block, take a guarded scalar path.
 //
-// The codebook `code` (256 floats in device memory, finite) is read by every CTA into shared memory; quantize
-// also builds there what bnb::core::PrepareCodebook builds: sorted values (a stable sort, ties mapped to the
-// first code), the 255 midpoints, and codebook8.cuh's bucket table. It divides by absmax with numerics.cuh's
-// ScaleFast and finds codes in the table (an exact division and the midpoint search for the rare rest).
-// Host-side launch helpers: bnb/jit/blockwise8.h.
+// Quantize runs in two launches: prepare_codebook8 (one CTA) prepares the codebook (256 floats in device memory,
+// finite) as bnb::core::PrepareCodebook does - sorted values (a stable sort, ties mapped to the first code), the
+// 255 midpoints - and builds codebook8.cuh's bucket table, all into a scratch buffer; quantize_blockwise8 copies
+// that into each CTA's shared memory, divides by absmax with numerics.cuh's ScaleFast and finds codes in the
+// table (an exact division and the midpoint search for the rare rest). Dequantize reads the codebook into shared
+// memory itself. Host-side launch helpers: bnb/jit/blockwise8.h.
 #pragma once
 
 #include "bnb_common.cuh"
@@ -113,31 +114,39 @@ __device__ __noinline__ unsigned char code_exact(float x, float amax, const floa
   return s2c[cb8::SortedPosition(mid, scale_to_unit(x, amax))];
 }
 
+// The codebook as bnb::core::PrepareCodebook prepares it, plus codebook8.cuh's bucket table: written once per
+// quantize call by prepare_codebook8 into a device scratch buffer (bnb::jit::kQuantizeBlockwise8ScratchBytes,
+// 16-byte aligned), copied by every CTA of quantize_blockwise8 into shared memory.
+struct __align__(16) Prepared {
+  unsigned key[cb8::kTableSize];  // bucket table
+  float mid[256];                  // the 255 midpoints (s[i] + s[i+1]) * 0.5f, ascending, and +inf
+  unsigned char s2c[256];          // sorted position -> first code holding that value
+};
+static_assert(sizeof(Prepared) == 22784, "bnb::jit::kQuantizeBlockwise8ScratchBytes");
+
 }  // namespace bw8
 }  // namespace bnb
 
-// codes[i] = code nearest x[i] / absmax[block of i]; absmax[b] = max |x| over block b (NaN if the block holds NaN).
-template <class T, int BLOCKSIZE, int THREADS>
-__global__ void __launch_bounds__(THREADS)
-    quantize_blockwise8(const T* __restrict__ x, const float* __restrict__ code, unsigned char* __restrict__ codes,
-                        float* __restrict__ absmax, long long n) {
+// Prepares `code` (256 finite floats) into *out; one CTA of THREADS = 256 threads. A strictly increasing codebook
+// (the dynamic maps) is its own sorted order; others take a stable rank sort (256 compares per value). A template
+// only so that programs which do not name it (every other kernel includes this file) do not compile it.
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) prepare_codebook8(const float* __restrict__ code,
+                                                             bnb::bw8::Prepared* out) {
   using namespace bnb;
-  using S = bw8::Shape<T, BLOCKSIZE, THREADS>;
-  constexpr int PER = S::PER, G = S::G, QPT = S::QPT, NV = S::NV, VEC = S::VEC;
-
-  // The bucket table; while the codebook is prepared, its first 2 KB hold the values and the sorted values.
-  __shared__ unsigned int s_key[cb8::kTableSize];
+  static_assert(THREADS == 256, "one thread per codebook entry");
+  __shared__ float s_val[256];
+  __shared__ float s_sorted[256];
   __shared__ float s_mid[256];
   __shared__ unsigned char s_s2c[256];
-  __shared__ unsigned int s_red[THREADS / 32];
-  float* const s_val = reinterpret_cast<float*>(s_key);
-  float* const s_sorted = s_val + 256;
-
-  // The codebook prepared as bnb::core::PrepareCodebook does: the stable rank of each value, each sorted position
-  // mapped to the first code holding that value, and midpoints (s[i] + s[i+1]) * 0.5f.
-  for (int i = threadIdx.x; i < 256; i += THREADS) s_val[i] = code[i];
+  const int i = threadIdx.x;
+  s_val[i] = code[i];
   __syncthreads();
-  for (int i = threadIdx.x; i < 256; i += THREADS) {
+  const bool increasing = __syncthreads_and(i == 255 || s_val[i] < s_val[i + 1]);
+  if (increasing) {
+    s_sorted[i] = s_val[i];
+    s_s2c[i] = (unsigned char)i;
+  } else {
     const float v = s_val[i];
     int rank = 0, first = i;
 #pragma unroll 4
@@ -150,11 +159,34 @@ __global__ void __launch_bounds__(THREADS)
     s_s2c[rank] = (unsigned char)first;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < 255; i += THREADS) s_mid[i] = __fmul_rn(__fadd_rn(s_sorted[i], s_sorted[i + 1]), 0.5f);
-  if (threadIdx.x == 0) s_mid[255] = __uint_as_float(0x7F800000u);  // +inf: the table's "no change" midpoint
+  s_mid[i] = i < 255 ? __fmul_rn(__fadd_rn(s_sorted[i], s_sorted[i + 1]), 0.5f) : __uint_as_float(0x7F800000u);
   __syncthreads();
-  for (int i = threadIdx.x; i < cb8::kTableSize; i += THREADS) s_key[i] = cb8::MakeEntry(s_mid, s_s2c, i);
+  out->mid[i] = s_mid[i];
+  out->s2c[i] = s_s2c[i];
+  // Each thread fills a run of neighbouring entries, so its searches walk a few steps from one to the next.
+  constexpr int kRun = (cb8::kTableSize + THREADS - 1) / THREADS;
+  const int begin = i * kRun;
+  cb8::MakeEntries(s_mid, s_s2c, begin, begin + kRun < cb8::kTableSize ? begin + kRun : cb8::kTableSize, out->key);
+}
+
+// codes[i] = code nearest x[i] / absmax[block of i]; absmax[b] = max |x| over block b (NaN if the block holds NaN).
+template <class T, int BLOCKSIZE, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+    quantize_blockwise8(const T* __restrict__ x, const bnb::bw8::Prepared* __restrict__ prepared,
+                        unsigned char* __restrict__ codes, float* __restrict__ absmax, long long n) {
+  using namespace bnb;
+  using S = bw8::Shape<T, BLOCKSIZE, THREADS>;
+  constexpr int PER = S::PER, G = S::G, QPT = S::QPT, NV = S::NV, VEC = S::VEC;
+
+  __shared__ bw8::Prepared s_prep;
+  __shared__ unsigned int s_red[THREADS / 32];
+  for (int i = threadIdx.x; i < (int)(sizeof(bw8::Prepared) / 16); i += THREADS) {
+    reinterpret_cast<Vec16*>(&s_prep)[i] = reinterpret_cast<const Vec16*>(prepared)[i];
+  }
   __syncthreads();
+  const unsigned* const s_key = s_prep.key;
+  const float* const s_mid = s_prep.mid;
+  const unsigned char* const s_s2c = s_prep.s2c;
 
   const long long nblocks = (n + BLOCKSIZE - 1) / BLOCKSIZE;
   const long long ntiles = (nblocks + QPT - 1) / QPT;

@@ -38,17 +38,34 @@ BNB_HD int SortedPosition(const float* mid, float v) {
   return pos;
 }
 
+// The closed range [lo, hi] of scaled values whose key is table entry `index` (the bottom buckets reach to +-0).
+BNB_HD void BucketRange(int index, float* lo, float* hi) {
+  const bool neg = index >= kPerSign;
+  const unsigned key = static_cast<unsigned>(neg ? index - kPerSign : index) + kFloorKey;
+  const unsigned first = key == kFloorKey ? 0u : key << kKeyShift;
+  const unsigned last = (key << kKeyShift) | ((1u << kKeyShift) - 1u);
+  *lo = neg ? BitsFloat(last | 0x80000000u) : BitsFloat(first);
+  *hi = neg ? BitsFloat(first | 0x80000000u) : BitsFloat(last);
+}
+
+// SortedPosition(mid, v), walking from `pos` (any position in [0, 255]; a nearby one makes the walk short).
+BNB_HD int WalkPosition(const float* mid, int pos, float v) {
+  while (pos < 255 && v > mid[pos]) ++pos;
+  while (pos > 0 && !(v > mid[pos - 1])) --pos;
+  return pos;
+}
+
 // Table entry `index` as one 32-bit word: bits 0..7 the sorted index i of the midpoint mid[i] where the code changes
 // (255 when nowhere: the caller's mid[255] is +inf), 8..15 the code at or below it, 16..23 the code above it, bit 24
 // set when the bucket holds more than one change. mid: the 255 midpoints; s2c: sorted position -> code (256).
-BNB_HD unsigned MakeEntry(const float* mid, const unsigned char* s2c, int index) {
-  const bool neg = index >= kPerSign;
-  const unsigned key = static_cast<unsigned>(neg ? index - kPerSign : index) + kFloorKey;
-  const unsigned first = key == kFloorKey ? 0u : key << kKeyShift;  // the bottom bucket reaches down to 0
-  const unsigned last = (key << kKeyShift) | ((1u << kKeyShift) - 1u);
-  const float lo = neg ? BitsFloat(last | 0x80000000u) : BitsFloat(first);
-  const float hi = neg ? BitsFloat(first | 0x80000000u) : BitsFloat(last);
-  const int pl = SortedPosition(mid, lo), ph = SortedPosition(mid, hi);
+// *pos: where the searches start (see WalkPosition); left at the bucket's upper end, so that filling consecutive
+// entries walks only a few steps each.
+BNB_HD unsigned MakeEntry(const float* mid, const unsigned char* s2c, int index, int* pos) {
+  float lo, hi;
+  BucketRange(index, &lo, &hi);
+  const int pl = WalkPosition(mid, *pos, lo);
+  const int ph = WalkPosition(mid, pl, hi);
+  *pos = ph;
   unsigned change = 255u;
   int changes = 0;
   for (int i = pl; i < ph; ++i) {
@@ -59,6 +76,15 @@ BNB_HD unsigned MakeEntry(const float* mid, const unsigned char* s2c, int index)
   }
   return change | (static_cast<unsigned>(s2c[pl]) << 8) | (static_cast<unsigned>(s2c[ph]) << 16) |
          (static_cast<unsigned>(changes > 1) << 24);
+}
+
+// Entries [begin, end) into table[begin, end): one thread's share of the table.
+BNB_HD void MakeEntries(const float* mid, const unsigned char* s2c, int begin, int end, unsigned* table) {
+  if (begin >= end) return;
+  float lo, hi;
+  BucketRange(begin, &lo, &hi);
+  int pos = SortedPosition(mid, lo);
+  for (int i = begin; i < end; ++i) table[i] = MakeEntry(mid, s2c, i, &pos);
 }
 
 // The code of s through the table and the midpoints (mid[255] = +inf); false when s's bucket is marked (the caller
