@@ -19,6 +19,7 @@
 #include "bnb/jit/cuda_api.h"
 #include "bnb/jit/kernel_cache.h"
 #include "bnb/jit/launcher.h"
+#include "bnb/tests/cuda_device_test.h"
 #include "gtest/gtest.h"
 
 namespace bnb::jit {
@@ -29,45 +30,9 @@ using core::Quant4;
 
 constexpr DType kTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 
-class Cuda4Test : public testing::Test {
+class Cuda4Test : public tests::CudaDeviceTest {
  public:
-  void SetUp() override {
-    absl::StatusOr<const CudaDriver*> d = GetCudaDriver();
-    if (!d.ok()) GTEST_SKIP() << std::string(d.status().message());
-    absl::StatusOr<const Nvrtc*> nv = GetNvrtc();
-    if (!nv.ok()) GTEST_SKIP() << std::string(nv.status().message());
-    int count = 0;
-    if ((*d)->cuDeviceGetCount(&count) != 0 || count == 0) GTEST_SKIP() << "no CUDA device";
-    d_ = *d;
-    absl::StatusOr<CUcontext> ctx = PrimaryContext(0);
-    ASSERT_TRUE(ctx.ok()) << ctx.status();
-    ASSERT_EQ(d_->cuCtxSetCurrent(*ctx), 0);
-  }
-  void TearDown() override {
-    if (d_ == nullptr) return;
-    for (CUdeviceptr p : allocs_) d_->cuMemFree(p);
-  }
-  // A device buffer of `bytes` (+ slack) starting `offset` bytes past an allocation (which is 256-byte aligned),
-  // holding `p` if given.
-  CUdeviceptr Upload(const void* p, size_t bytes, size_t offset = 0) {
-    CUdeviceptr ptr = 0;
-    EXPECT_EQ(d_->cuMemAlloc(&ptr, bytes + offset + 64), 0);
-    allocs_.push_back(ptr);
-    if (p != nullptr && bytes > 0) {
-      EXPECT_EQ(d_->cuMemcpyHtoD(ptr + offset, p, bytes), 0);
-    }
-    return ptr + offset;
-  }
-  std::vector<uint8_t> Download(CUdeviceptr p, size_t bytes) {
-    std::vector<uint8_t> v(bytes);
-    if (bytes > 0) {
-      EXPECT_EQ(d_->cuMemcpyDtoH(v.data(), p, bytes), 0);
-    }
-    return v;
-  }
   KernelCache cache_{KernelCacheOptions{nullptr, DiskCacheOptions{"", false, nullptr}, nullptr}};
-  const CudaDriver* d_ = nullptr;
-  std::vector<CUdeviceptr> allocs_;
 };
 
 template <class P>
