@@ -235,7 +235,7 @@ constexpr int64_t kStreamFromBytes = int64_t{64} << 20;
 // narrower 16-bit store cannot stream). Callers that stream end with hwy::FlushStream().
 template <DType kT>
 HWY_INLINE bool UseStreamingStores(const void* out, int64_t n) {
-  constexpr int64_t kSize = kT == DType::kFloat32 ? 4 : 2;
+  constexpr int64_t kSize = DTypeSize(kT);
   return HWY_TARGET != HWY_SCALAR && kT != DType::kFloat16 && kSize * static_cast<int64_t>(kN) >= 16 &&
          n * kSize >= kStreamFromBytes && reinterpret_cast<uintptr_t>(out) % 64 == 0;
 }

@@ -230,7 +230,6 @@ void BuildSegments(PreparedCodebook& cb) {
     s.offset[j] = f.offset;
     s.last[j] = static_cast<float>(b);
     if (j > 0) s.limits[j - 1] = cb.midpoints[zero + start[b] - 1];
-
     margin = std::max(margin, f.error);
   }
   for (int e = 0; e < S::kBinades; ++e) {

@@ -27,21 +27,12 @@ std::vector<float> DefaultDynamicMap();
 // The map computed by bitsandbytes' algorithm with scalar float32 arithmetic.
 absl::StatusOr<std::vector<float>> ComputeDynamicMap(bool is_signed, int max_exponent_bits, int total_bits);
 
-// A 256-entry codebook prepared for nearest-value search. Quantizing v picks the entry whose value is nearest,
-// where "nearest" is decided by the midpoints between consecutive sorted values: the sorted position is the
-// number of midpoints strictly below v (so a tie goes to the lower value, and NaN goes to the lowest entry).
-// Among equal values the lowest code wins, as torch.argmin over |v - code| would pick.
-//
-// For speed, scaled values in [-1, 1] are also found through buckets of their float bits: bucket = bits >> 15
-// (2^15 consecutive magnitudes of one sign, 1/256 of a binade; negative values from kNegativeBuckets on) and
-// key = bits & 0x7FFF, the position inside the bucket. A bucket holding at most one midpoint is one table entry:
-// the code is `key >= threshold ? high : low`, one gather and an integer compare. A bucket spanning several
-// midpoints has threshold kSearch and takes the binary search.
-// A second, table-free way to the same codes, for codebooks shaped like the dynamic map: sorted and strictly
-// increasing, one 0 (sorted position `zero`), negatives mirroring the smallest positives bit for bit, and the
-// positive magnitudes w_1 < ... < w_P (w_q at sorted position zero + q) forming at most kSegments near-arithmetic
-// runs ("segments"; the dynamic map's decades, then 1.0). For a magnitude m of sign s (m nudged up one ulp when
-// negative, so that ties at segment limits resolve as NearestCode's "strictly below" does for negative values):
+// PreparedCodebook's second, table-free way to its codes (see NearestCode), for codebooks shaped like the
+// dynamic map: sorted and strictly increasing, one 0 (sorted position `zero`), negatives mirroring the smallest
+// positives bit for bit, and the positive magnitudes w_1 < ... < w_P (w_q at sorted position zero + q) forming at
+// most kSegments near-arithmetic runs ("segments"; the dynamic map's decades, then 1.0). For a magnitude m of sign
+// s (m nudged up one ulp when negative, so that ties at segment limits resolve as NearestCode's "strictly below"
+// does for negative values):
 //   q = 0 if m <= zero_limit; else with j = #(limits below m): q = min(round(m * scale[j] - offset[j]), last[j]);
 //   code = zero + q, or max(zero - q, 0) for negative s.
 // j is found from m's binade: binade_segment[biased exponent % 16] is the segment at the binade's bottom, and no
@@ -63,6 +54,16 @@ struct SegmentSearch {
   float margin = 0;
 };
 
+// A 256-entry codebook prepared for nearest-value search. Quantizing v picks the entry whose value is nearest,
+// where "nearest" is decided by the midpoints between consecutive sorted values: the sorted position is the
+// number of midpoints strictly below v (so a tie goes to the lower value, and NaN goes to the lowest entry).
+// Among equal values the lowest code wins, as torch.argmin over |v - code| would pick.
+//
+// For speed, scaled values in [-1, 1] are also found through buckets of their float bits: bucket = bits >> 15
+// (2^15 consecutive magnitudes of one sign, 1/256 of a binade; negative values from kNegativeBuckets on) and
+// key = bits & 0x7FFF, the position inside the bucket. A bucket holding at most one midpoint is one table entry:
+// the code is `key >= threshold ? high : low`, one gather and an integer compare. A bucket spanning several
+// midpoints has threshold kSearch and takes the binary search.
 struct PreparedCodebook {
   std::array<float, kCodebookSize> values;            // the codebook as given, indexed by code
   std::array<float, kCodebookSize - 1> midpoints;     // (sorted[i] + sorted[i+1]) * 0.5f, ascending

@@ -11,8 +11,6 @@ absl::string_view DTypeName(DType t) {
   return "unknown";
 }
 
-int DTypeSize(DType t) { return t == DType::kFloat32 ? 4 : 2; }
-
 float HalfToFloat(uint16_t h) {
   const uint32_t sign = uint32_t{h & 0x8000u} << 16;
   const uint32_t exp = (h >> 10) & 0x1F;

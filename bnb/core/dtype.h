@@ -10,7 +10,7 @@ namespace bnb::core {
 enum class DType { kFloat32, kFloat16, kBFloat16 };
 
 absl::string_view DTypeName(DType t);
-int DTypeSize(DType t);
+constexpr int DTypeSize(DType t) { return t == DType::kFloat32 ? 4 : 2; }
 
 inline float BitsToFloat(uint32_t b) {
   float f;

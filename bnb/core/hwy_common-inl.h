@@ -128,7 +128,7 @@ HWY_INLINE float BlockAbsmax(const void* x, int64_t lo, int64_t hi) {
 // Hints the cache to fetch the bytes of elements [i, i + n) of x; safe past the end (prefetches never fault).
 template <DType kT>
 HWY_INLINE void PrefetchElements(const void* x, int64_t i, int64_t n) {
-  constexpr int64_t kSize = kT == DType::kFloat32 ? 4 : 2;
+  constexpr int64_t kSize = DTypeSize(kT);
   const char* p = static_cast<const char*>(x) + i * kSize;
   for (int64_t off = 0; off < n * kSize; off += 64) hwy::Prefetch(p + off);
 }
