@@ -45,7 +45,7 @@ KernelSpec PrepareCodebook8Spec(const std::string& arch) {
   KernelSpec s;
   s.template_name = "blockwise8";
   s.entry = "prepare_codebook8";
-  s.template_args = {{"THREADS", "256"}};
+  s.template_args = {{"THREADS", absl::StrCat(kPrepareCodebook8Threads)}};
   s.arch = arch;
   return s;
 }
@@ -78,7 +78,7 @@ absl::Status LaunchQuantizeBlockwise8(KernelCache& cache, int device, core::DTyp
   if (!prepare.ok()) return prepare.status();
   void* prepare_args[] = {&code, &scratch};
   Dim3 one, block;
-  block.x = 256;
+  block.x = kPrepareCodebook8Threads;
   if (absl::Status st = LaunchKernel(*prepare, one, block, 0, stream, prepare_args); !st.ok()) return st;
   long long nn = n;
   void* args[] = {&x, &scratch, &codes, &absmax, &nn};

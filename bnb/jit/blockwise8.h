@@ -25,7 +25,8 @@ const char* CudaTypeName(core::DType dtype);
 absl::StatusOr<KernelSpec> Blockwise8Spec(bool quantize, core::DType dtype, int64_t blocksize, int threads,
                                           const std::string& arch);
 
-// The spec of prepare_codebook8, the first of quantize's two launches.
+// The spec of prepare_codebook8, the first of quantize's two launches: one CTA of kPrepareCodebook8Threads.
+inline constexpr int kPrepareCodebook8Threads = 256;  // one per codebook entry
 KernelSpec PrepareCodebook8Spec(const std::string& arch);
 
 // Device bytes quantize needs for the prepared codebook (sizeof(bw8::Prepared) in kernels/blockwise8.cuh).

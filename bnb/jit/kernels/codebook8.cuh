@@ -2,13 +2,14 @@
 // host C++ (no CUDA headers, no standard headers under NVRTC), so that bnb/tests/jit_codebook8_test.cc checks these
 // very functions against bnb::core::NearestCode.
 //
-// Each CTA prepares the codebook as bnb::core::PrepareCodebook does (sorted values, the 255 midpoints, sorted
-// position -> code) and from it a bucket table in shared memory: the key of a scaled value s is its sign, exponent
-// and kMantBits leading mantissa bits (|s| clamped below at 2^-20), and a bucket holding at most one code change
-// gives the code with two loads (entry, midpoint) and one compare instead of an 8-step search. Buckets with more
-// changes are marked, and those values take the search: none of the signed dynamic map's (a bucket spans 1/128 of
-// a binade, 0.0039 in [0.5, 1), where even the unsigned map's values are 0.007 apart), only the bottom one of the
-// unsigned map's (two midpoints below 2^-20).
+// prepare_codebook8 (blockwise8.cuh) prepares the codebook as bnb::core::PrepareCodebook does (sorted values, the
+// 255 midpoints, sorted position -> code) and from it this bucket table, which every CTA of quantize_blockwise8
+// copies into shared memory: the key of a scaled value s is its sign, exponent and kMantBits leading mantissa bits
+// (|s| clamped below at 2^-20), and a bucket holding at most one code change gives the code with two loads (entry,
+// midpoint) and one compare instead of an 8-step search. Buckets with more changes are marked, and those values
+// take the search: none of the signed dynamic map's (a bucket spans 1/128 of a binade, 0.0039 in [0.5, 1), where
+// even the unsigned map's values are 0.007 apart), only the bottom one of the unsigned map's (two midpoints below
+// 2^-20).
 #pragma once
 
 #include "numerics.cuh"
