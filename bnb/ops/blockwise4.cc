@@ -173,12 +173,11 @@ void Dequantize4bitOut(const at::Tensor& A, const at::Tensor& absmax, int64_t bl
                        at::IntArrayRef shape, c10::ScalarType dtype, at::Tensor& out) {
   constexpr const char* op = "dequantize_4bit.out";
   const bnb::core::DType out_type = CheckDequantize4(op, A, absmax, blocksize, quant_type, shape, dtype);
-  TORCH_CHECK(out.sizes() == shape, "bnb::", op, ": out must have shape ", shape, ", got ", out.sizes());
-  CheckDType(op, "out", out, dtype);
-  CheckSameDevice(op, "out", out, A);
+  CheckOut(op, out, c10::fromIntArrayRefSlow(shape), "shape", dtype, A);
   if constexpr (!kIsMeta) {
     const Quant4 q = ParseQuantType(op, quant_type);
-    FillOut(out, {&A, &absmax}, [&](at::Tensor& dst) { Dequantize4Into(op, A, absmax, q, blocksize, out_type, dst); });
+    FillOut(out, {&A, &absmax},
+            [&](at::Tensor& dst) { Dequantize4Into(op, A, absmax, q, blocksize, out_type, dst); });
   }
 }
 
@@ -246,10 +245,7 @@ void Gemv4bitOut(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shape
                  const at::Tensor& code, int64_t blocksize, at::Tensor& out) {
   constexpr const char* op = "gemv_4bit.out";
   const std::vector<c10::SymInt> shape = CheckGemv4(op, A, B, shapeB, absmax, code, blocksize);
-  TORCH_CHECK(out.sym_sizes() == c10::SymIntArrayRef(shape), "bnb::", op, ": out must have shape ",
-              c10::SymIntArrayRef(shape), ", got ", out.sym_sizes());
-  CheckDType(op, "out", out, A.scalar_type());
-  CheckSameDevice(op, "out", out, A);
+  CheckOut(op, out, shape, "shape", A.scalar_type(), A);
   if constexpr (!kIsMeta) {
     FillOut(out, {&A, &B, &absmax, &code},
             [&](at::Tensor& dst) { Gemv4Into(op, A, B, shapeB, absmax, code, blocksize, dst); });

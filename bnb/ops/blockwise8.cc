@@ -23,6 +23,13 @@ void CheckCode(const char* op, const at::Tensor& code, const at::Tensor& A) {
   CheckSameDevice(op, "code", code, A);
 }
 
+// absmax: one float per block of A, on A's device.
+void CheckAbsmax(const char* op, const at::Tensor& absmax, const at::Tensor& A, int64_t blocksize) {
+  CheckDType(op, "absmax", absmax, at::kFloat);
+  CheckNumel(op, "absmax", absmax, NumBlocks(A.sym_numel(), blocksize), "one per block of A");
+  CheckSameDevice(op, "absmax", absmax, A);
+}
+
 std::shared_ptr<const bnb::core::PreparedCodebook> PrepareCode(const char* op, const at::Tensor& code) {
   const at::Tensor c = code.contiguous();
   auto cb = bnb::core::PrepareCodebookCached(c.data_ptr<float>(), c.numel());
@@ -87,13 +94,8 @@ void QuantizeBlockwiseOut(const at::Tensor& A, const at::Tensor& code, int64_t b
                           at::Tensor& absmax) {
   constexpr const char* op = "quantize_blockwise.out";
   const bnb::core::DType dtype = CheckQuantizeArgs(op, A, code, blocksize);
-  TORCH_CHECK(out.sym_sizes() == A.sym_sizes(), "bnb::", op, ": out must have A's shape ", A.sym_sizes(), ", got ",
-              out.sym_sizes());
-  CheckDType(op, "out", out, at::kByte);
-  CheckSameDevice(op, "out", out, A);
-  CheckDType(op, "absmax", absmax, at::kFloat);
-  CheckNumel(op, "absmax", absmax, NumBlocks(A.sym_numel(), blocksize), "one per block of A");
-  CheckSameDevice(op, "absmax", absmax, A);
+  CheckOut(op, out, A.sym_sizes(), "A's shape", at::kByte, A);
+  CheckAbsmax(op, absmax, A, blocksize);
   if constexpr (!kIsMeta) {
     FillOut(out, {&A, &code, &absmax}, [&](at::Tensor& codes) {
       FillOut(absmax, {&A, &code, &codes},
@@ -109,9 +111,7 @@ bnb::core::DType CheckDequantizeArgs(const char* op, const at::Tensor& A, const 
   CheckDType(op, "A", A, at::kByte);
   ThrowIfError(op, bnb::core::CheckBlocksize(blocksize));
   CheckNotEmpty(op, "A", A);
-  CheckDType(op, "absmax", absmax, at::kFloat);
-  CheckNumel(op, "absmax", absmax, NumBlocks(A.sym_numel(), blocksize), "one per block of A");
-  CheckSameDevice(op, "absmax", absmax, A);
+  CheckAbsmax(op, absmax, A, blocksize);
   CheckCode(op, code, A);
   return out_type;
 }
@@ -159,10 +159,7 @@ void DequantizeBlockwiseOut(const at::Tensor& A, const at::Tensor& absmax, const
                             int64_t blocksize, c10::ScalarType dtype, at::Tensor& out) {
   constexpr const char* op = "dequantize_blockwise.out";
   const bnb::core::DType out_type = CheckDequantizeArgs(op, A, absmax, code, blocksize, dtype);
-  TORCH_CHECK(out.sym_sizes() == A.sym_sizes(), "bnb::", op, ": out must have A's shape ", A.sym_sizes(), ", got ",
-              out.sym_sizes());
-  CheckDType(op, "out", out, dtype);
-  CheckSameDevice(op, "out", out, A);
+  CheckOut(op, out, A.sym_sizes(), "A's shape", dtype, A);
   if constexpr (!kIsMeta) {
     FillOut(out, {&A, &absmax, &code},
             [&](at::Tensor& dst) { DequantizeInto(op, A, absmax, code, blocksize, out_type, dst); });

@@ -30,4 +30,11 @@ void CheckNumel(const char* op, const char* arg, const at::Tensor& t, const c10:
               t.sym_numel(), " (shape ", t.sym_sizes(), ")");
 }
 
+void CheckOut(const char* op, const at::Tensor& out, c10::SymIntArrayRef want, const char* what,
+              c10::ScalarType dtype, const at::Tensor& A) {
+  TORCH_CHECK(out.sym_sizes() == want, "bnb::", op, ": out must have ", what, " ", want, ", got ", out.sym_sizes());
+  CheckDType(op, "out", out, dtype);
+  CheckSameDevice(op, "out", out, A);
+}
+
 }  // namespace bnb::ops
