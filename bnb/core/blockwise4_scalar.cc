@@ -82,14 +82,7 @@ void QuantizeBlockwise4Scalar(DType dtype, const void* x, Quant4 q, const Blockw
   for (int64_t b = r.block_begin; b < r.block_end; ++b) {
     const int64_t lo = b * r.blocksize;
     const int64_t hi = std::min(lo + r.blocksize, r.n);
-    float amax = 0.0f;
-    bool nan = false;
-    for (int64_t i = lo; i < hi; ++i) {
-      const float v = LoadAsFloat(dtype, x, i);
-      nan |= std::isnan(v);
-      amax = std::max(amax, std::fabs(v));
-    }
-    if (nan) amax = NAN;
+    const float amax = BlockAbsmaxScalar(dtype, x, lo, hi);
     absmax[b] = amax;
     for (int64_t i = lo; i < hi; ++i) {
       const uint8_t code = NearestCode4(cb, ScaleToUnit(LoadAsFloat(dtype, x, i), amax));

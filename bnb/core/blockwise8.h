@@ -38,6 +38,10 @@ inline float ScaleToUnit(float x, float absmax) {
   return x / absmax;
 }
 
+// The absmax of elements [lo, hi) of x (`dtype`), by the rule above: max |x|, or NaN when any element is NaN. The
+// scalar definition the vectorized absmax passes (8- and 4-bit) match.
+float BlockAbsmaxScalar(DType dtype, const void* x, int64_t lo, int64_t hi);
+
 struct Blockwise8Range {
   int64_t n;           // elements in the whole buffer
   int64_t blocksize;   // power of two in [32, 4096]
