@@ -9,10 +9,15 @@
 #include <vector>
 
 #include "bnb/core/cpu_isa.h"
+#include "bnb/tests/core_kernel_test.h"
 #include "gtest/gtest.h"
 
 namespace bnb::core {
 namespace {
+
+using tests::Encode;
+using tests::EveryIsa;
+using tests::ExpectSameBits;
 
 constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 constexpr Quant4 kQuants[] = {Quant4::kNF4, Quant4::kFP4};
@@ -180,13 +185,6 @@ TEST(Blockwise4, SpecialValues) {
   }
 }
 
-// Raw element bits for `dtype`, from float values.
-std::vector<uint8_t> Encode(DType dtype, const std::vector<float>& v) {
-  std::vector<uint8_t> out(v.size() * DTypeSize(dtype));
-  for (size_t i = 0; i < v.size(); ++i) StoreFromFloat(dtype, out.data(), i, v[i]);
-  return out;
-}
-
 // Random normal data; with `specials`, a zero block, NaN, +-inf and subnormals; every 5th block instead holds 1
 // and values at, just above and just below the midpoints (ties and near-ties for both codebooks).
 std::vector<float> TestData(int64_t n, int64_t bs, uint32_t seed, bool specials) {
@@ -207,28 +205,10 @@ std::vector<float> TestData(int64_t n, int64_t bs, uint32_t seed, bool specials)
     v[b * bs] = 1.0f;
   }
   if (specials && n > 600) {
-    for (int i = 0; i < 64; ++i) v[i] = 0.0f;
-    v[300] = NAN;
-    v[450] = INFINITY;
-    v[451] = -INFINITY;
-    for (int i = 520; i < 580; ++i) v[i] = std::ldexp(1.0f, -140) * i;  // subnormals
+    tests::AddSpecialValues(v);
   }
   return v;
 }
-
-void ExpectSameBits(DType dtype, const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = LoadAsFloat(dtype, a.data(), i), y = LoadAsFloat(dtype, b.data(), i);
-    if (std::isnan(x) && std::isnan(y)) continue;
-    ASSERT_EQ(FloatToBits(x), FloatToBits(y)) << "element " << i;
-  }
-}
-
-class EveryIsa : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override { ASSERT_TRUE(SetIsaCap(GetParam()).ok()); }
-  void TearDown() override { ASSERT_TRUE(SetIsaCap("best").ok()); }
-};
 
 TEST_P(EveryIsa, EqualsScalarExactly) {
   // Dequantization also with an arbitrary 16-value map (gemv_4bit's `code` tensor may be any).

@@ -7,10 +7,15 @@
 #include <vector>
 
 #include "bnb/core/cpu_isa.h"
+#include "bnb/tests/core_kernel_test.h"
 #include "gtest/gtest.h"
 
 namespace bnb::core {
 namespace {
+
+using tests::Encode;
+using tests::EveryIsa;
+using tests::ExpectSameBits;
 
 PreparedCodebook DynamicCodebook() {
   auto map = CreateDynamicMap();
@@ -47,41 +52,16 @@ TEST(BucketTable, DynamicMapNeedsNoSearchAwkwardOneDoes) {
   EXPECT_TRUE(AwkwardCodebook().needs_search);
 }
 
-// Raw element bits for `dtype`, from float values.
-std::vector<uint8_t> Encode(DType dtype, const std::vector<float>& v) {
-  std::vector<uint8_t> out(v.size() * DTypeSize(dtype));
-  for (size_t i = 0; i < v.size(); ++i) StoreFromFloat(dtype, out.data(), i, v[i]);
-  return out;
-}
-
 std::vector<float> TestData(int64_t n, uint32_t seed, bool specials) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> v(n);
   for (auto& x : v) x = normal(rng) * 3.0f;
   if (specials && n > 600) {
-    for (int i = 0; i < 64; ++i) v[i] = 0.0f;                           // a zero block (blocksize 32 / 64)
-    v[300] = NAN;
-    v[450] = INFINITY;
-    v[451] = -INFINITY;
-    for (int i = 520; i < 580; ++i) v[i] = std::ldexp(1.0f, -140) * i;  // subnormals
+    tests::AddSpecialValues(v);
   }
   return v;
 }
-
-void ExpectSameBits(DType dtype, const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = LoadAsFloat(dtype, a.data(), i), y = LoadAsFloat(dtype, b.data(), i);
-    if (std::isnan(x) && std::isnan(y)) continue;
-    ASSERT_EQ(FloatToBits(x), FloatToBits(y)) << "element " << i;
-  }
-}
-
-class EveryIsa : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override { ASSERT_TRUE(SetIsaCap(GetParam()).ok()); }
-  void TearDown() override { ASSERT_TRUE(SetIsaCap("best").ok()); }
-};
 
 TEST_P(EveryIsa, DispatchFollowsTheCap) { EXPECT_EQ(ActiveIsa(), GetParam()); }
 

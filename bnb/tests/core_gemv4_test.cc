@@ -9,18 +9,16 @@
 
 #include "bnb/core/blockwise4.h"
 #include "bnb/core/cpu_isa.h"
+#include "bnb/tests/core_kernel_test.h"
 #include "gtest/gtest.h"
 
 namespace bnb::core {
 namespace {
 
-constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+using tests::Encode;
+using tests::EveryIsa;
 
-std::vector<uint8_t> Encode(DType dtype, const std::vector<float>& v) {
-  std::vector<uint8_t> out(v.size() * DTypeSize(dtype));
-  for (size_t i = 0; i < v.size(); ++i) StoreFromFloat(dtype, out.data(), i, v[i]);
-  return out;
-}
+constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 
 // Relative rounding step of an output of `dtype`.
 double OutputEps(DType dtype) {
@@ -44,12 +42,6 @@ const Shape kShapes[] = {{1, 32, 32},    {3, 64, 32},     {7, 100, 64},   {5, 33
                          {2, 257, 256},  {3, 8200, 32},   {4, 4103, 4096}, {16, 4096, 64}, {11, 77, 2048},
                          {6, 4097, 64},  {7, 96, 64},     {5, 4160, 32},  {3, 8224, 4096}, {4, 8224, 64},
                          {2, 128, 128},  {2, 65600, 64},  {1, 65601, 32}};
-
-class EveryIsa : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override { ASSERT_TRUE(SetIsaCap(GetParam()).ok()); }
-  void TearDown() override { ASSERT_TRUE(SetIsaCap("best").ok()); }
-};
 
 TEST_P(EveryIsa, MatchesDequantizeThenDot) {
   for (Quant4 q : {Quant4::kNF4, Quant4::kFP4})

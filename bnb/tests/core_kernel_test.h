@@ -1,0 +1,49 @@
+// Helpers shared by the core kernel tests (blockwise 8- and 4-bit, gemv): element encoding, the block of special
+// values, exact comparison of outputs, and the fixture that runs a test once per compiled instruction set.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bnb/core/cpu_isa.h"
+#include "bnb/core/dtype.h"
+#include "gtest/gtest.h"
+
+namespace bnb::tests {
+
+// Raw element bits for `dtype`, from float values.
+inline std::vector<uint8_t> Encode(core::DType dtype, const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * core::DTypeSize(dtype));
+  for (size_t i = 0; i < v.size(); ++i) core::StoreFromFloat(dtype, out.data(), i, v[i]);
+  return out;
+}
+
+// Puts, into data of more than 600 values, a zero block (for blocksizes 32 and 64), NaN, +-inf and subnormals.
+inline void AddSpecialValues(std::vector<float>& v) {
+  for (int i = 0; i < 64; ++i) v[i] = 0.0f;
+  v[300] = NAN;
+  v[450] = INFINITY;
+  v[451] = -INFINITY;
+  for (int i = 520; i < 580; ++i) v[i] = std::ldexp(1.0f, -140) * i;  // subnormals
+}
+
+// The first n elements of a and b, of `dtype`, equal bit for bit (any NaN equals any NaN).
+inline void ExpectSameBits(core::DType dtype, const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
+                           int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = core::LoadAsFloat(dtype, a.data(), i), y = core::LoadAsFloat(dtype, b.data(), i);
+    if (std::isnan(x) && std::isnan(y)) continue;
+    ASSERT_EQ(core::FloatToBits(x), core::FloatToBits(y)) << "element " << i;
+  }
+}
+
+// Parameterized by an instruction set of core::AvailableIsas(): the dispatch is capped to it for the test.
+class EveryIsa : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { ASSERT_TRUE(core::SetIsaCap(GetParam()).ok()); }
+  void TearDown() override { ASSERT_TRUE(core::SetIsaCap("best").ok()); }
+};
+
+}  // namespace bnb::tests
