@@ -1,4 +1,4 @@
-"""Shared by the pytest files: devices present, dtypes, and a bit-exact tensor comparison."""
+"""Shared by the pytest files: devices present, dtypes, test data and a bit-exact tensor comparison."""
 
 import torch
 
@@ -23,3 +23,16 @@ def assert_same_bits(a: torch.Tensor, b: torch.Tensor) -> None:
         a, b = a.view(ints), b.view(ints)
     mismatch = (a != b).nonzero()
     assert mismatch.numel() == 0, f"{mismatch.shape[0]} elements differ, first at {mismatch[0].tolist()}"
+
+
+def sample(n, dtype, seed=0, specials=False):
+    """randn * 3 as `dtype`; with specials (n > 600), a zero block, NaN, +-inf and float32 and float16 subnormals."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g) * 3
+    if specials and n > 600:
+        x[:64] = 0
+        x[300] = float("nan")
+        x[450], x[451] = float("inf"), float("-inf")
+        x[520:580] = torch.arange(520, 580) * 2.0**-140  # float32 subnormals
+        x[600] = 6.0e-8  # a float16 subnormal
+    return x.to(dtype)

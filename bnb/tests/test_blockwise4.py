@@ -8,20 +8,9 @@ from torch.library import opcheck
 
 from bnb import functional as F
 from bnb.reference import blockwise4 as ref
-from helpers import BLOCKSIZES, FLOAT_DTYPES, assert_same_bits, devices
+from helpers import BLOCKSIZES, FLOAT_DTYPES, assert_same_bits, devices, sample
 
 STORAGES = [torch.uint8, torch.float16, torch.bfloat16, torch.float32]
-
-
-def sample(n, dtype, seed=0, specials=False):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, generator=g) * 3
-    if specials and n > 600:
-        x[:64] = 0
-        x[300] = float("nan")
-        x[450], x[451] = float("inf"), float("-inf")
-        x[520:580] = torch.arange(520, 580) * 2.0**-140
-    return x.to(dtype)
 
 
 def test_codebooks_are_bitsandbytes():

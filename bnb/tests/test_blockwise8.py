@@ -6,21 +6,9 @@ import torch
 import bnb
 from bnb import functional as F
 from bnb.reference import blockwise8 as ref
-from helpers import BLOCKSIZES, FLOAT_DTYPES, assert_same_bits, devices
+from helpers import BLOCKSIZES, FLOAT_DTYPES, assert_same_bits, devices, sample
 
 CODE = F.create_dynamic_map()
-
-
-def sample(n, dtype, seed=0, specials=False):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, generator=g) * 3
-    if specials and n > 600:
-        x[:64] = 0
-        x[300] = float("nan")
-        x[450], x[451] = float("inf"), float("-inf")
-        x[520:580] = torch.arange(520, 580) * 2.0**-140  # float32 subnormals
-        x[600] = 6.0e-8  # a float16 subnormal
-    return x.to(dtype)
 
 
 @pytest.mark.parametrize("device", devices())
