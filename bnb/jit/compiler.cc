@@ -8,7 +8,8 @@
 
 namespace bnb::jit {
 
-absl::StatusOr<std::vector<std::string>> NvrtcOptionsFor(const KernelSpec& spec, const std::vector<int>& archs) {
+absl::StatusOr<std::vector<std::string>> NvrtcOptionsFor(const KernelSpec& spec, const std::vector<int>& archs,
+                                                         int nvrtc_major, int nvrtc_minor) {
   absl::StatusOr<int> want = ParseArch(spec.arch);
   if (!want.ok()) return want.status();
   std::vector<std::string> opts = {"-std=c++17"};
@@ -27,6 +28,7 @@ absl::StatusOr<std::vector<std::string>> NvrtcOptionsFor(const KernelSpec& spec,
     }
     opts.push_back(absl::StrCat("-arch=compute_", best));
   }
+  if (nvrtc_major > 12 || (nvrtc_major == 12 && nvrtc_minor >= 4)) opts.push_back("-minimal");
   for (const auto& [name, value] : spec.knobs) opts.push_back(absl::StrCat("-DBNB_KNOB_", name, "=", value));
   std::sort(opts.begin(), opts.end());
   return opts;
@@ -41,7 +43,7 @@ absl::StatusOr<std::string> NvrtcCompiler::Version() {
 absl::StatusOr<std::vector<std::string>> NvrtcCompiler::Options(const KernelSpec& spec) {
   absl::StatusOr<const Nvrtc*> nv = GetNvrtc();
   if (!nv.ok()) return nv.status();
-  return NvrtcOptionsFor(spec, (*nv)->supported_archs);
+  return NvrtcOptionsFor(spec, (*nv)->supported_archs, (*nv)->major, (*nv)->minor);
 }
 
 absl::StatusOr<Binary> NvrtcCompiler::Compile(const KernelSpec& spec, const std::string& source,

@@ -32,9 +32,11 @@ class Compiler {
                                          const std::vector<std::string>& options) = 0;
 };
 
-// NVRTC (opened with GetNvrtc()). Options: -std=c++17, -DBNB_KNOB_<NAME>=<value> per knob, and
+// NVRTC (opened with GetNvrtc()). Options: -std=c++17, -DBNB_KNOB_<NAME>=<value> per knob,
 //   -arch=sm_XX      (CUBIN) when NVRTC lists XX among its supported architectures;
-//   -arch=compute_YY (PTX, JIT-compiled by the driver at load) otherwise, YY the highest supported arch <= XX.
+//   -arch=compute_YY (PTX, JIT-compiled by the driver at load) otherwise, YY the highest supported arch <= XX;
+//   -minimal         from NVRTC 12.4 on (it leaves out texture, device-runtime and CUDA-runtime-type
+//                    declarations, which the kernels never use: 5-8 ms less per compile, measured with 13.0).
 // An arch below every supported one is an error.
 class NvrtcCompiler : public Compiler {
  public:
@@ -45,7 +47,8 @@ class NvrtcCompiler : public Compiler {
                                  const std::vector<std::string>& options) override;
 };
 
-// The option choice above, given NVRTC's supported architectures (exposed for tests).
-absl::StatusOr<std::vector<std::string>> NvrtcOptionsFor(const KernelSpec& spec, const std::vector<int>& archs);
+// The option choice above, given NVRTC's version and supported architectures (exposed for tests).
+absl::StatusOr<std::vector<std::string>> NvrtcOptionsFor(const KernelSpec& spec, const std::vector<int>& archs,
+                                                         int nvrtc_major, int nvrtc_minor);
 
 }  // namespace bnb::jit

@@ -138,21 +138,33 @@ TEST(NvrtcOptions, CubinWhenKnownElsePtx) {
   const std::vector<int> archs = {75, 80, 86, 89, 90, 100, 120};
   KernelSpec s = BaseSpec();
   s.knobs = {};
-  auto opts = NvrtcOptionsFor(s, archs);
+  auto opts = NvrtcOptionsFor(s, archs, 12, 3);
   ASSERT_TRUE(opts.ok());
   EXPECT_EQ(*opts, (std::vector<std::string>{"-arch=sm_90", "-std=c++17"}));
   s.arch = "sm_95";  // unknown: PTX for the highest known arch below it
-  EXPECT_EQ(*NvrtcOptionsFor(s, archs), (std::vector<std::string>{"-arch=compute_90", "-std=c++17"}));
+  EXPECT_EQ(*NvrtcOptionsFor(s, archs, 12, 3), (std::vector<std::string>{"-arch=compute_90", "-std=c++17"}));
   s.arch = "sm_130";
-  EXPECT_EQ(*NvrtcOptionsFor(s, archs), (std::vector<std::string>{"-arch=compute_120", "-std=c++17"}));
+  EXPECT_EQ(*NvrtcOptionsFor(s, archs, 12, 3), (std::vector<std::string>{"-arch=compute_120", "-std=c++17"}));
   s.arch = "sm_70";  // older than anything NVRTC supports
-  auto bad = NvrtcOptionsFor(s, archs);
+  auto bad = NvrtcOptionsFor(s, archs, 12, 3);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("sm_70"), absl::string_view::npos) << bad.status();
   s.arch = "sm_90";
   s.knobs = {{"UNROLL", "4"}};
-  EXPECT_EQ(*NvrtcOptionsFor(s, archs),
+  EXPECT_EQ(*NvrtcOptionsFor(s, archs, 12, 3),
             (std::vector<std::string>{"-DBNB_KNOB_UNROLL=4", "-arch=sm_90", "-std=c++17"}));
+}
+
+TEST(NvrtcOptions, MinimalFromNvrtc12_4) {
+  const std::vector<int> archs = {80, 90};
+  KernelSpec s = BaseSpec();
+  s.knobs = {};
+  const std::vector<std::string> without = {"-arch=sm_90", "-std=c++17"};
+  const std::vector<std::string> with = {"-arch=sm_90", "-minimal", "-std=c++17"};
+  EXPECT_EQ(*NvrtcOptionsFor(s, archs, 11, 8), without);
+  EXPECT_EQ(*NvrtcOptionsFor(s, archs, 12, 3), without);
+  EXPECT_EQ(*NvrtcOptionsFor(s, archs, 12, 4), with);
+  EXPECT_EQ(*NvrtcOptionsFor(s, archs, 13, 0), with);
 }
 
 TEST(Blockwise8Spec, ArgsAndErrors) {
