@@ -139,6 +139,42 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
   }
 }
 
+// 16-bit outputs of elements [lo, hi) in chunks of 32 (16 packed bytes); returns where the chunks end. A block has
+// only 16 distinct outputs, `scaled` rounded to kT once by StoreF32 (so bit for bit what the per-element path
+// stores), and each element is then two byte lookups of that table (its low and high bytes), interleaved:
+// about a quarter of the vector operations of looking up, scaling and rounding each element.
+template <DType kT>
+HWY_INLINE int64_t Dequantize16BitChunks(const uint8_t* packed, const RegTable<16>& scaled, int64_t lo, int64_t hi,
+                                         void* out) {
+  const hn::Full128<uint8_t> d8;
+  const hn::Full128<uint16_t> d16;
+  HWY_ALIGN uint16_t outputs[16];
+  for (size_t k = 0; k < RegTable<16>::kRegs; ++k) StoreF32<kT>(scaled.reg[k], outputs, static_cast<int64_t>(k * kN));
+  HWY_ALIGN uint8_t low_bytes[16], high_bytes[16];
+  for (int c = 0; c < 16; ++c) {
+    low_bytes[c] = static_cast<uint8_t>(outputs[c] & 0xFF);
+    high_bytes[c] = static_cast<uint8_t>(outputs[c] >> 8);
+  }
+  const auto table_low = hn::Load(d8, low_bytes);
+  const auto table_high = hn::Load(d8, high_bytes);
+  uint16_t* o = static_cast<uint16_t*>(out);
+  int64_t i = lo;
+  for (; i + 32 <= hi; i += 32) {
+    const auto bytes = hn::LoadU(d8, packed + i / 2);
+    const auto first = hn::ShiftRight<4>(bytes);  // each byte's first element is its high nibble
+    const auto second = hn::And(bytes, hn::Set(d8, 0x0F));
+    const auto codes0 = hn::InterleaveLower(d8, first, second);  // elements i .. i + 15
+    const auto codes1 = hn::InterleaveUpper(d8, first, second);  // elements i + 16 .. i + 31
+    const auto l0 = hn::TableLookupBytes(table_low, codes0), h0 = hn::TableLookupBytes(table_high, codes0);
+    const auto l1 = hn::TableLookupBytes(table_low, codes1), h1 = hn::TableLookupBytes(table_high, codes1);
+    hn::StoreU(hn::ZipLower(d16, l0, h0), d16, o + i);
+    hn::StoreU(hn::ZipUpper(d16, l0, h0), d16, o + i + 8);
+    hn::StoreU(hn::ZipLower(d16, l1, h1), d16, o + i + 16);
+    hn::StoreU(hn::ZipUpper(d16, l1, h1), d16, o + i + 24);
+  }
+  return i;
+}
+
 // Regular stores: streaming ones (as 8-bit dequantize uses) measured no faster here, 64M elements on Zen 3, 2
 // threads, paired runs: float32 12.0 -> 12.4 ms, bfloat16 12.7 -> 13.4 ms.
 template <DType kT>
@@ -168,6 +204,9 @@ void DequantizeT(const uint8_t* packed, const float* absmax, const float* code16
     const VF scale = hn::Set(df, absmax[b]);
     for (size_t k = 0; k < RegTable<16>::kRegs; ++k) scaled.reg[k] = hn::Mul(values.reg[k], scale);
     int64_t i = lo;
+    if constexpr (kT != DType::kFloat32) {
+      i = Dequantize16BitChunks<kT>(packed, scaled, lo, hi, out);
+    }
     // kNoNaN (a std::bool_constant): the block's absmax is finite, so no product is NaN (code values are finite).
     const auto vectors = [&](auto no_nan) {
       for (; i < vec_end; i += 2 * N) {
