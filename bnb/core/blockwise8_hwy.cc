@@ -196,19 +196,24 @@ void QuantizeT(const void* x, const PreparedCodebook& cb, const Blockwise8Range&
   QuantizeBlocks<kT>(x, BucketCoder{cb}, r, codes, absmax);
 }
 
-// Lanes(DF) code values for the codes at `codes`, as floats. AVX2: eight scalar loads from the 1 KB table of
-// values, assembled in a vector; Zen 3's 8-lane gathers are slower (one thread, 2^24 elements from memory, ns per
-// element: float32 output 0.46 -> 0.32, bfloat16 0.39 -> 0.30 against the previous best, 64-bit gathers of code
-// pairs and four scalar pair loads respectively). Other targets gather pairs of codes through
-// PreparedCodebook::pairs: half as many lanes to fetch.
+// Lanes(DF) code values for the codes at `codes`, as floats. x86 up to AVX2: scalar loads from the 1 KB table of
+// values, assembled in a vector; gathers (Zen 3's, or the emulated ones below AVX2) are slower. One thread, 2^24
+// elements from memory, ns per element, float32 / bfloat16 output, against the previous best (64-bit gathers of
+// code pairs; for bfloat16 on AVX2 four scalar pair loads): AVX2 0.46 / 0.39 -> 0.32 / 0.30, SSE4 0.47 / 0.60 ->
+// 0.32 / 0.34, SSSE3 1.10 / 0.84 -> 0.33 / 0.44. Other targets (AVX-512's fast gathers among them) gather pairs of
+// codes through PreparedCodebook::pairs: half as many lanes to fetch.
 HWY_INLINE VF CodeValues(const PreparedCodebook& cb, const uint8_t* codes) {
   const DF df;
 #if HWY_TARGET == HWY_SCALAR
   return hn::Set(df, cb.values[codes[0]]);
-#elif HWY_TARGET == HWY_AVX2
+#elif HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3
   const float* v = cb.values.data();
   const uint8_t* c = codes;
+#if HWY_TARGET == HWY_AVX2
   return VF{_mm256_setr_ps(v[c[0]], v[c[1]], v[c[2]], v[c[3]], v[c[4]], v[c[5]], v[c[6]], v[c[7]])};
+#else
+  return VF{_mm_setr_ps(v[c[0]], v[c[1]], v[c[2]], v[c[3]])};
+#endif
 #else
   using D64 = hn::Repartition<uint64_t, DF>;
   const D64 d64;

@@ -73,9 +73,9 @@ struct PreparedCodebook {
   // [0, 16): threshold (0x8000: no midpoint; kSearch: several); [16, 24): low code; [24, 32): high code.
   std::vector<int32_t> buckets;
   bool needs_search;  // some bucket in use has threshold kSearch
-  // For dequantization on targets other than AVX2 (which loads `values` directly), two codes at a time:
-  // pairs[c0 | c1 << 8] holds the float bits of values[c0] in its low and values[c1] in its high half, so one
-  // 64-bit gather yields two outputs (little-endian: memory order c0, c1).
+  // For dequantization on targets other than x86's SSSE3, SSE4 and AVX2 (which load `values` directly), two codes
+  // at a time: pairs[c0 | c1 << 8] holds the float bits of values[c0] in its low and values[c1] in its high half,
+  // so one 64-bit gather yields two outputs (little-endian: memory order c0, c1).
   std::vector<uint64_t> pairs;
   SegmentSearch segments;  // usable for the dynamic maps
 
