@@ -223,19 +223,13 @@ HWY_INLINE VF CodeValues(const PreparedCodebook& cb, const uint8_t* codes) {
 #endif
 }
 
-// Outputs this large or larger are written with streaming stores, around the caches (no read of each line before
-// it is overwritten): 64M-element dequantize on Zen 3, 2 threads, paired runs: f32 15.4 -> 14.3 ms, bf16 14.0 ->
-// 12.8 ms (the 4-bit dequantize measured no faster with them).
-constexpr int64_t kStreamFromBytes = int64_t{64} << 20;
-
-// Whether StoreF32<kT, ..., kStream = true> may write the n-element output at `out`: large enough, 64-byte aligned
-// (every vector store then is, at its multiple of Lanes(DF) elements), and stores of whole 16-byte vectors (a
-// narrower 16-bit store cannot stream). Callers that stream end with hwy::FlushStream().
+// Whether StoreF32<kT, ..., kStream = true> may write the n-element output at `out`: StreamableOutput, and stores
+// of whole 16-byte vectors (a narrower 16-bit store cannot stream). 64M-element dequantize on Zen 3, 2 threads,
+// paired runs: f32 15.4 -> 14.3 ms, bf16 14.0 -> 12.8 ms. Callers that stream end with hwy::FlushStream().
 template <DType kT>
 HWY_INLINE bool UseStreamingStores(const void* out, int64_t n) {
   constexpr int64_t kSize = DTypeSize(kT);
-  return HWY_TARGET != HWY_SCALAR && kT != DType::kFloat16 && kSize * static_cast<int64_t>(kN) >= 16 &&
-         n * kSize >= kStreamFromBytes && reinterpret_cast<uintptr_t>(out) % 64 == 0;
+  return kT != DType::kFloat16 && kSize * static_cast<int64_t>(kN) >= 16 && StreamableOutput(out, n * kSize);
 }
 
 // Elements [lo, hi) of one block. kNoNaN: the block's absmax is finite, so no product is NaN (codebook values

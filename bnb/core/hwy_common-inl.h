@@ -125,6 +125,14 @@ HWY_INLINE float BlockAbsmax(const void* x, int64_t lo, int64_t hi) {
   return std::isnan(amax) ? NAN : amax;
 }
 
+// Whether an output of `bytes` at `out` is written with streaming stores, around the caches (no read of each line
+// before it is overwritten): large enough that it would not stay cached anyway, and 64-byte aligned, so that every
+// vector store at a multiple of 64 bytes from the start is aligned as streaming stores need.
+inline constexpr int64_t kStreamFromBytes = int64_t{64} << 20;
+HWY_INLINE bool StreamableOutput(const void* out, int64_t bytes) {
+  return HWY_TARGET != HWY_SCALAR && bytes >= kStreamFromBytes && reinterpret_cast<uintptr_t>(out) % 64 == 0;
+}
+
 // Hints the cache to fetch the bytes of elements [i, i + n) of x; safe past the end (prefetches never fault).
 template <DType kT>
 HWY_INLINE void PrefetchElements(const void* x, int64_t i, int64_t n) {

@@ -298,6 +298,30 @@ TEST_P(EveryIsa, RoundTripErrorIsThatOfTheCodebook) {
   }
 }
 
+// 16-bit outputs of 64 MB and more, 64-byte aligned, are written with streaming stores: still exactly the scalar
+// values, NaN and inf blocks and the odd tail after the last 32-element chunk included.
+TEST_P(EveryIsa, LargeAlignedOutputsEqualScalar) {
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    const int64_t n = (int64_t{64} << 20) / DTypeSize(dtype) + 1001, bs = 64;
+    SCOPED_TRACE(DTypeName(dtype));
+    std::vector<uint8_t> packed(PackedSize4(n));
+    std::mt19937 rng(4);
+    for (auto& p : packed) p = static_cast<uint8_t>(rng());
+    std::vector<float> absmax(NumBlocks(n, bs));
+    for (auto& a : absmax) a = static_cast<float>(rng() % 1000) / 7.0f;
+    absmax[3] = NAN;
+    absmax[5] = INFINITY;
+    absmax.back() = -0.0f;
+    const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+    std::vector<uint8_t> buf(bytes + 64), out_ref(bytes);
+    uint8_t* out = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+    const Blockwise4Range r{n, bs, 0, NumBlocks(n, bs)};
+    DequantizeBlockwise4(dtype, packed.data(), absmax.data(), Code4(Quant4::kNF4).data(), r, out);
+    DequantizeBlockwise4Scalar(dtype, packed.data(), absmax.data(), Code4(Quant4::kNF4).data(), r, out_ref.data());
+    ASSERT_EQ(std::memcmp(out, out_ref.data(), bytes), 0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Blockwise4, EveryIsa, ::testing::ValuesIn(AvailableIsas()),
                          [](const auto& info) { return info.param; });
 
