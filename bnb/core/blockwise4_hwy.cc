@@ -43,40 +43,40 @@ using D16 = hn::RepartitionToWide<D8>;
 using DI16 = hn::RebindToSigned<D16>;
 using DPacked = hn::Rebind<uint8_t, D16>;
 
-// The scalar binary search of SortedPosition4, one lane per value: step 8 compares with midpoint 7, step 4 with
-// midpoint 3 or 11, step 2 with midpoint pos + 1 (pos a multiple of 4), step 1 with midpoint pos (pos even).
+// SortedPosition4 for one value per lane, in two flat rounds instead of four dependent steps: the group g (0..3)
+// is the count of midpoints 3, 7 and 11 below the value, then the position is 4g plus the count of midpoints
+// 4g, 4g + 1 and 4g + 2 below it. Six independent compares where the binary search chained four: one thread,
+// NF4, ns per element: AVX2 0.70 -> 0.65 (blocksize 64), 0.57 -> 0.52 (4096); SSE4 1.38 -> 1.01; SSSE3 1.71 -> 1.17.
 struct Search4 {
-  VF m7, m3, m11;
-  RegTable<4> step2;  // midpoints 1, 5, 9, 13
-  RegTable<8> step1;  // midpoints 0, 2, ..., 14
+  VF m3, m7, m11;
+  RegTable<4> first, second, third;  // by group g: midpoints 4g, 4g + 1, 4g + 2
 
   explicit Search4(const Codebook4& cb) {
     const DF df;
-    m7 = hn::Set(df, cb.midpoints[7]);
     m3 = hn::Set(df, cb.midpoints[3]);
+    m7 = hn::Set(df, cb.midpoints[7]);
     m11 = hn::Set(df, cb.midpoints[11]);
-    float s2[4], s1[8];
-    for (int k = 0; k < 4; ++k) s2[k] = cb.midpoints[4 * k + 1];
-    for (int k = 0; k < 8; ++k) s1[k] = cb.midpoints[2 * k];
-    step2 = RegTable<4>::FromArray(s2);
-    step1 = RegTable<8>::FromArray(s1);
+    float m[3][4];
+    for (int g = 0; g < 4; ++g) {
+      for (int k = 0; k < 3; ++k) m[k][g] = cb.midpoints[4 * g + k];
+    }
+    first = RegTable<4>::FromArray(m[0]);
+    second = RegTable<4>::FromArray(m[1]);
+    third = RegTable<4>::FromArray(m[2]);
   }
 
   // Number of midpoints strictly below each lane (NaN: 0, as every comparison is false).
   HWY_INLINE VI Position(VF v) const {
     const DF df;
     const DI di;
-    const auto bit = [&](hn::Mask<DF> gt, int32_t value) {
-      return hn::And(hn::BitCast(di, hn::VecFromMask(df, gt)), hn::Set(di, value));
+    // A compare mask is -1 in every lane where it holds: subtracting masks counts them.
+    const auto count3 = [&](hn::Mask<DF> a, hn::Mask<DF> b, hn::Mask<DF> c) {
+      const auto ones = [&](hn::Mask<DF> m) { return hn::BitCast(di, hn::VecFromMask(df, m)); };
+      return hn::Sub(hn::Sub(hn::Neg(ones(a)), ones(b)), ones(c));
     };
-    auto gt = hn::Gt(v, m7);
-    VI pos = bit(gt, 8);
-    gt = hn::Gt(v, hn::IfThenElse(gt, m11, m3));
-    pos = hn::Or(pos, bit(gt, 4));
-    gt = hn::Gt(v, step2.Lookup(hn::ShiftRight<2>(pos)));
-    pos = hn::Or(pos, bit(gt, 2));
-    gt = hn::Gt(v, step1.Lookup(hn::ShiftRight<1>(pos)));
-    return hn::Or(pos, bit(gt, 1));
+    const VI g = count3(hn::Gt(v, m3), hn::Gt(v, m7), hn::Gt(v, m11));
+    const VI in = count3(hn::Gt(v, first.Lookup(g)), hn::Gt(v, second.Lookup(g)), hn::Gt(v, third.Lookup(g)));
+    return hn::Add(hn::ShiftLeft<2>(g), in);
   }
 };
 
