@@ -307,14 +307,12 @@ TEST_P(EveryIsa, LargeAlignedOutputsEqualScalar) {
     std::vector<uint8_t> packed(PackedSize4(n));
     std::mt19937 rng(4);
     for (auto& p : packed) p = static_cast<uint8_t>(rng());
-    std::vector<float> absmax(NumBlocks(n, bs));
-    for (auto& a : absmax) a = static_cast<float>(rng() % 1000) / 7.0f;
-    absmax[3] = NAN;
-    absmax[5] = INFINITY;
+    std::vector<float> absmax = tests::TestAbsmax(NumBlocks(n, bs), rng);
     absmax.back() = -0.0f;
     const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
-    std::vector<uint8_t> buf(bytes + 64), out_ref(bytes);
-    uint8_t* out = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+    tests::Aligned64 aligned(bytes);
+    uint8_t* out = aligned.data();
+    std::vector<uint8_t> out_ref(bytes);
     const Blockwise4Range r{n, bs, 0, NumBlocks(n, bs)};
     DequantizeBlockwise4(dtype, packed.data(), absmax.data(), Code4(Quant4::kNF4).data(), r, out);
     DequantizeBlockwise4Scalar(dtype, packed.data(), absmax.data(), Code4(Quant4::kNF4).data(), r, out_ref.data());

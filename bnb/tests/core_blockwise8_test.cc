@@ -169,13 +169,11 @@ TEST_P(EveryIsa, LargeAlignedOutputsEqualScalar) {
     std::vector<uint8_t> codes(n);
     std::mt19937 rng(3);
     for (auto& c : codes) c = static_cast<uint8_t>(rng());
-    std::vector<float> absmax(NumBlocks(n, bs));
-    for (auto& a : absmax) a = static_cast<float>(rng() % 1000) / 7.0f;
-    absmax[3] = NAN;
-    absmax[5] = INFINITY;
+    const std::vector<float> absmax = tests::TestAbsmax(NumBlocks(n, bs), rng);
     const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
-    std::vector<uint8_t> buf(bytes + 64), out_ref(bytes);
-    uint8_t* out = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+    tests::Aligned64 aligned(bytes);
+    uint8_t* out = aligned.data();
+    std::vector<uint8_t> out_ref(bytes);
     const Blockwise8Range r{n, bs, 0, NumBlocks(n, bs)};
     DequantizeBlockwise8(dtype, codes.data(), absmax.data(), cb, r, out);
     DequantizeBlockwise8Scalar(dtype, codes.data(), absmax.data(), cb.values.data(), r, out_ref.data());

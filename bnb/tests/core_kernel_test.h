@@ -1,9 +1,11 @@
 // Helpers shared by the core kernel tests (blockwise 8- and 4-bit, gemv): element encoding, the block of special
-// values, exact comparison of outputs, and the fixture that runs a test once per compiled instruction set.
+// values, absmax values for dequantize, 64-byte aligned outputs, exact comparison of outputs, and the fixture that
+// runs a test once per compiled instruction set.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,28 @@ inline void ExpectSameBits(core::DType dtype, const std::vector<uint8_t>& a, con
     ASSERT_EQ(core::FloatToBits(x), core::FloatToBits(y)) << "element " << i;
   }
 }
+
+// Absmax values for `blocks` blocks to dequantize with: random finite ones, NaN at block 3 and +inf at block 5.
+inline std::vector<float> TestAbsmax(int64_t blocks, std::mt19937& rng) {
+  std::vector<float> absmax(blocks);
+  for (auto& a : absmax) a = static_cast<float>(rng() % 1000) / 7.0f;
+  absmax[3] = NAN;
+  absmax[5] = INFINITY;
+  return absmax;
+}
+
+// `bytes` of output starting on a 64-byte boundary, as the kernels' streaming stores want.
+class Aligned64 {
+ public:
+  explicit Aligned64(size_t bytes) : buf_(bytes + 64) {
+    data_ = buf_.data() + (64 - reinterpret_cast<uintptr_t>(buf_.data()) % 64) % 64;
+  }
+  uint8_t* data() { return data_; }
+
+ private:
+  std::vector<uint8_t> buf_;
+  uint8_t* data_;
+};
 
 // Parameterized by an instruction set of core::AvailableIsas(): the dispatch is capped to it for the test.
 class EveryIsa : public ::testing::TestWithParam<std::string> {
