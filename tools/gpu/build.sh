@@ -44,6 +44,10 @@ fi
 if [[ $what == bench || $what == all ]]; then
   $python tools/bench/gpu_blockwise8.py || status=$?
   $python tools/bench/gpu_blockwise4.py || status=$?
+  # 512 threads per CTA halve the elements per thread at blocksize 4096, whose 8-bit quantize is the slowest
+  # NVRTC compile (178 ms against ~150 with 512 threads, on the 2-core dev VM): its bandwidth decides the default.
+  echo "[gpu] blockwise 8-bit again with cuda.threads_per_block = 512"
+  BNB_CUDA_THREADS_PER_BLOCK=512 $python tools/bench/gpu_blockwise8.py || status=$?
   # The CPU kernels too: the GPU machine has 16 cores, where the CPU path meets memory bandwidth.
   (cd tools/bench && $python cpu_blockwise8.py && $python cpu_blockwise4.py) || status=$?
 fi
