@@ -1,44 +1,30 @@
 // Single-thread speed of the core 4-bit kernels on every instruction set, without torch: quantize / dequantize in
 // ns per element, and gemv (one token times an N x K 4-bit weight) in microseconds per call.
-#include <chrono>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bnb/core/blockwise4.h"
 #include "bnb/core/cpu_isa.h"
 #include "bnb/core/gemv4.h"
-
-namespace {
-
-template <class Fn>
-double BestNs(const Fn& fn, int reps = 5) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
-
-}  // namespace
+#include "tools/bench/core_bench.h"
 
 int main() {
   using namespace bnb::core;
-  const int64_t n = int64_t{1} << 24;
-  std::vector<float> x(n);
+  using bnb::bench::BestNs;
+  const int64_t n = bnb::bench::kStreamedLength;
   std::mt19937 rng(0);
   std::normal_distribution<float> normal;
-  for (auto& v : x) v = normal(rng);
-  std::vector<uint16_t> xb(n);
-  for (int64_t i = 0; i < n; ++i) xb[i] = FloatToBF16(x[i]);
+  const bnb::bench::NormalInput in = bnb::bench::MakeNormalInput(n, rng);
+  const std::vector<float>& x = in.f32;
+  const std::vector<uint16_t>& xb = in.bf16;
   std::vector<uint8_t> packed(PackedSize4(n));
   std::vector<float> absmax(NumBlocks(n, 32)), out(n);
+  std::vector<uint16_t> out_bf16(n);  // not xb: later targets must quantize the same input
   const float* nf4 = Code4(Quant4::kNF4).data();
 
-  // 2^24 elements stream through memory (64 MiB of float32); 2^16 stay in L2 (the cost of the kernel itself).
-  for (const int64_t len : {int64_t{1} << 24, int64_t{1} << 16}) {
+  for (const int64_t len : {bnb::bench::kStreamedLength, bnb::bench::kCachedLength}) {
     const int reps = static_cast<int>(n / len);
     std::printf("quantize / dequantize, ns per element, %lld elements%s\n", static_cast<long long>(len),
                 reps > 1 ? " (in cache)" : "");
@@ -56,7 +42,7 @@ int main() {
         const double qfp4 = per_elem([&] { QuantizeBlockwise4(DType::kFloat32, x.data(), Quant4::kFP4, r, packed.data(), absmax.data()); });
         QuantizeBlockwise4(DType::kFloat32, x.data(), Quant4::kNF4, r, packed.data(), absmax.data());
         const double d32 = per_elem([&] { DequantizeBlockwise4(DType::kFloat32, packed.data(), absmax.data(), nf4, r, out.data()); });
-        const double d16 = per_elem([&] { DequantizeBlockwise4(DType::kBFloat16, packed.data(), absmax.data(), nf4, r, xb.data()); });
+        const double d16 = per_elem([&] { DequantizeBlockwise4(DType::kBFloat16, packed.data(), absmax.data(), nf4, r, out_bf16.data()); });
         std::printf("%-8s %5lld %8.3f ns %8.3f ns %8.3f ns %8.3f ns %8.3f ns\n", isa.c_str(),
                     static_cast<long long>(bs), q32, q16, qfp4, d32, d16);
       }

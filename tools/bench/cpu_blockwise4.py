@@ -9,9 +9,10 @@ import argparse
 
 import torch
 
-import bnb
 from bnb import functional as F
-from timing import best_seconds
+from timing import best_seconds, copy_row, dtype_name, machine_line, print_bandwidth_header, print_bandwidth_rows
+
+WIDTH = 40
 
 
 def main():
@@ -20,28 +21,20 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     n = args.elements
-    print(f"bnb {bnb.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"ISA {bnb._C.cpu_isa()}, NF4 blocksize 64")
-    head = f"{'case':<40}{'ms':>9}{'GB/s':>9}{'% of copy':>11}"
-    print(head)
-    print("-" * len(head))
+    print(f"{machine_line()}, NF4 blocksize 64")
+    print_bandwidth_header(WIDTH)
     for dtype in (torch.float32, torch.bfloat16):
         x = torch.randn(n).to(dtype)
-        y = torch.empty_like(x)
-        esz = x.element_size()
-        t_copy = best_seconds(lambda: y.copy_(x), args.repeat)
-        copy_gbs = 2 * n * esz / t_copy / 1e9
+        copy = copy_row(x, args.repeat)
         packed, absmax = torch.ops.bnb.quantize_4bit(x, 64, "nf4", torch.uint8)
         out = torch.empty_like(x)
         t_q = best_seconds(lambda: torch.ops.bnb.quantize_4bit(x, 64, "nf4", torch.uint8), args.repeat)
         t_d = best_seconds(lambda: torch.ops.bnb.dequantize_4bit.out(packed, absmax, 64, "nf4", [n], dtype,
                                                                      out=out), args.repeat)
-        moved = n * esz + n // 2 + absmax.numel() * 4
-        name = str(dtype).removeprefix("torch.")
-        for case, t, nbytes in ((f"copy {name}", t_copy, 2 * n * esz), (f"quantize_4bit {name}", t_q, moved),
-                                (f"dequantize_4bit {name}", t_d, moved)):
-            gbs = nbytes / t / 1e9
-            print(f"{case:<40}{t * 1e3:>9.2f}{gbs:>9.2f}{100 * gbs / copy_gbs:>10.0f}%")
+        moved = n * x.element_size() + n // 2 + absmax.numel() * 4
+        name = dtype_name(dtype)
+        print_bandwidth_rows([copy, (f"quantize_4bit {name}", t_q, moved), (f"dequantize_4bit {name}", t_d, moved)],
+                             WIDTH)
 
     print()
     head = f"{'gemv, one token':<28}{'gemv_4bit us':>14}{'F.linear fp32 us':>18}{'F.linear bf16 us':>18}"
@@ -59,7 +52,7 @@ def main():
             a32, a16 = a.float(), a.bfloat16()
             t_32 = best_seconds(lambda: torch.nn.functional.linear(a32, w32), args.repeat * 4)
             t_16 = best_seconds(lambda: torch.nn.functional.linear(a16, w16), args.repeat * 4)
-            name = f"{N}x{K} {str(dtype).removeprefix('torch.')} A"
+            name = f"{N}x{K} {dtype_name(dtype)} A"
             print(f"{name:<28}{t_g * 1e6:>14.0f}{t_32 * 1e6:>18.0f}{t_16 * 1e6:>18.0f}")
 
 

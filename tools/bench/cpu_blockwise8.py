@@ -8,9 +8,10 @@ import argparse
 
 import torch
 
-import bnb
 from bnb import functional as F
-from timing import best_seconds
+from timing import best_seconds, copy_row, dtype_name, machine_line, print_bandwidth_header, print_bandwidth_rows
+
+WIDTH = 36
 
 
 def main():
@@ -21,33 +22,25 @@ def main():
     args = ap.parse_args()
     n, bs = args.elements, args.blocksize
     code = F.create_dynamic_map()
-    print(f"bnb {bnb.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"ISA {bnb._C.cpu_isa()}, {n / 2**20:.0f}M elements, blocksize {bs}")
-    head = f"{'case':<36}{'ms':>9}{'GB/s':>9}{'% of copy':>11}"
-    print(head)
-    print("-" * len(head))
+    print(f"{machine_line()}, {n / 2**20:.0f}M elements, blocksize {bs}")
+    print_bandwidth_header(WIDTH)
     for dtype in (torch.float32, torch.bfloat16):
         x = torch.randn(n).to(dtype)
-        y = torch.empty_like(x)
-        esz = x.element_size()
-        t_copy = best_seconds(lambda: y.copy_(x), args.repeat)
-        copy_gbs = 2 * n * esz / t_copy / 1e9
+        copy = copy_row(x, args.repeat)
         q, absmax = torch.ops.bnb.quantize_blockwise(x, code, bs)
         out = torch.empty_like(x)
-        # Into existing buffers, as the copy writes into y: the kernels' own speed. The plain op also allocates
-        # its 64 MB of codes each call, whose first-touch page faults the kernel pays (shown apart).
+        # Into existing buffers, as the copy writes into an existing tensor: the kernels' own speed. The plain op
+        # also allocates its 64 MB of codes each call, whose first-touch page faults the kernel pays (shown apart).
         t_q = best_seconds(lambda: torch.ops.bnb.quantize_blockwise.out(x, code, bs, q, absmax), args.repeat)
         t_q_fresh = best_seconds(lambda: torch.ops.bnb.quantize_blockwise(x, code, bs), args.repeat)
         t_d = best_seconds(lambda: torch.ops.bnb.dequantize_blockwise.out(q, absmax, code, bs, dtype, out=out),
                            args.repeat)
-        moved = n * esz + n + absmax.numel() * 4
-        name = str(dtype).removeprefix("torch.")
-        for case, t, nbytes in ((f"copy {name}", t_copy, 2 * n * esz),
-                                (f"quantize_blockwise.out {name}", t_q, moved),
-                                (f"  quantize_blockwise, new output", t_q_fresh, moved),
-                                (f"dequantize_blockwise.out {name}", t_d, moved)):
-            gbs = nbytes / t / 1e9
-            print(f"{case:<36}{t * 1e3:>9.2f}{gbs:>9.2f}{100 * gbs / copy_gbs:>10.0f}%")
+        moved = n * x.element_size() + n + absmax.numel() * 4
+        name = dtype_name(dtype)
+        print_bandwidth_rows([copy,
+                              (f"quantize_blockwise.out {name}", t_q, moved),
+                              ("  quantize_blockwise, new output", t_q_fresh, moved),
+                              (f"dequantize_blockwise.out {name}", t_d, moved)], WIDTH)
 
 
 if __name__ == "__main__":
