@@ -20,16 +20,6 @@ using tests::EveryIsa;
 
 constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 
-// Relative rounding step of an output of `dtype`.
-double OutputEps(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return 0.0;
-    case DType::kFloat16: return std::ldexp(1.0, -11);
-    case DType::kBFloat16: return std::ldexp(1.0, -8);
-  }
-  return 0.0;
-}
-
 struct Shape {
   int64_t n, k, blocksize;
 };
@@ -76,8 +66,7 @@ TEST_P(EveryIsa, MatchesDequantizeThenDot) {
         ref += t;
         mag += std::fabs(t);
       }
-      // float32 summation error, plus the output's rounding to dtype.
-      const double tol = 1e-5 * mag + OutputEps(dtype) * std::fabs(ref) + 1e-30;
+      const double tol = tests::GemvTolerance(dtype, ref, mag);
       EXPECT_NEAR(LoadAsFloat(dtype, out.data(), m), ref, tol) << "row " << m;
       EXPECT_NEAR(LoadAsFloat(dtype, out_ref.data(), m), ref, tol) << "scalar, row " << m;
     }

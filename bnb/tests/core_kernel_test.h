@@ -1,6 +1,6 @@
 // Helpers shared by the core kernel tests (blockwise 8- and 4-bit, gemv): element encoding, the block of special
-// values, absmax values for dequantize, 64-byte aligned outputs, exact comparison of outputs, and the fixture that
-// runs a test once per compiled instruction set.
+// values, absmax values for dequantize, 64-byte aligned outputs, exact comparison of outputs, the tolerance of a
+// gemv output, and the fixture that runs a test once per compiled instruction set.
 #pragma once
 
 #include <cmath>
@@ -62,6 +62,18 @@ class Aligned64 {
   std::vector<uint8_t> buf_;
   uint8_t* data_;
 };
+
+// How far a gemv output of `dtype` may lie from its float64 reference `ref`, the sum of products whose magnitudes
+// add up to `magnitude`: float32 summation error, plus the output's rounding to dtype.
+inline double GemvTolerance(core::DType dtype, double ref, double magnitude) {
+  double rounding = 0.0;  // relative rounding step of the output
+  switch (dtype) {
+    case core::DType::kFloat32: rounding = 0.0; break;
+    case core::DType::kFloat16: rounding = std::ldexp(1.0, -11); break;
+    case core::DType::kBFloat16: rounding = std::ldexp(1.0, -8); break;
+  }
+  return 1e-5 * magnitude + rounding * std::fabs(ref) + 1e-30;
+}
 
 // Parameterized by an instruction set of core::AvailableIsas(): the dispatch is capped to it for the test.
 class EveryIsa : public ::testing::TestWithParam<std::string> {

@@ -19,6 +19,7 @@
 #include "bnb/jit/cuda_api.h"
 #include "bnb/jit/kernel_cache.h"
 #include "bnb/jit/launcher.h"
+#include "bnb/tests/core_kernel_test.h"
 #include "bnb/tests/cuda_device_test.h"
 #include "gtest/gtest.h"
 
@@ -235,15 +236,6 @@ TEST_F(Cuda4Test, DequantizeAnyMapAndSpecialAbsmax) {
   }
 }
 
-double OutputEps(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return 0.0;
-    case DType::kFloat16: return std::ldexp(1.0, -11);
-    case DType::kBFloat16: return std::ldexp(1.0, -8);
-  }
-  return 0.0;
-}
-
 struct GemvShape {
   int64_t n, k, blocksize;
 };
@@ -295,8 +287,7 @@ void RunGemvCase(Cuda4Test* self, DType t, Quant4 q, const GemvShape& s, size_t 
       ref += p;
       mag += std::fabs(p);
     }
-    // float32 summation error, plus the output's rounding to dtype.
-    const double tol = 1e-5 * mag + OutputEps(t) * std::fabs(ref) + 1e-30;
+    const double tol = tests::GemvTolerance(t, ref, mag);
     EXPECT_NEAR(core::LoadAsFloat(t, got.data(), m), ref, tol) << "row " << m;
     EXPECT_NEAR(core::LoadAsFloat(t, want.data(), m), ref, tol) << "CPU scalar, row " << m;
   }
