@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "bnb/core/bf16_codes.h"
 #include "bnb/core/dtype.h"
 
 namespace bnb::core {
@@ -304,6 +305,7 @@ absl::StatusOr<PreparedCodebook> PrepareCodebook(const float* code, int64_t n) {
   }
   BuildBuckets(cb);
   BuildSegments(cb);
+  cb.bf16_codes = Bf16Codes::Create(cb);
   cb.pairs.resize(kCodebookSize * kCodebookSize);
   for (uint32_t i = 0; i < cb.pairs.size(); ++i) {
     cb.pairs[i] = FloatToBits(cb.values[i & 0xFF]) | (uint64_t{FloatToBits(cb.values[i >> 8])} << 32);

@@ -11,6 +11,8 @@
 
 namespace bnb::core {
 
+class Bf16Codes;
+
 inline constexpr int kCodebookSize = 256;
 
 // The dynamic quantization map of Dettmers (arXiv:1511.04561) as bitsandbytes'
@@ -78,6 +80,9 @@ struct PreparedCodebook {
   // so one 64-bit gather yields two outputs (little-endian: memory order c0, c1).
   std::vector<uint64_t> pairs;
   SegmentSearch segments;  // usable for the dynamic maps
+  // Codes of bfloat16 inputs by table (bf16_codes.h), built lazily and shared by copies; null for codebooks with
+  // a midpoint at 0.
+  std::shared_ptr<const Bf16Codes> bf16_codes;
 
   static constexpr int kBucketShift = 15;
   static constexpr int32_t kKeyMask = (1 << kBucketShift) - 1;

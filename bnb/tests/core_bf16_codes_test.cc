@@ -1,0 +1,80 @@
+// Bf16Codes: the shape of its tables, when a codebook or an absmax cannot use them, and concurrent first use.
+#include "bnb/core/bf16_codes.h"
+
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "bnb/core/codebook.h"
+#include "bnb/core/dtype.h"
+#include "gtest/gtest.h"
+
+namespace bnb::core {
+namespace {
+
+PreparedCodebook Prepared(const std::vector<float>& code) { return *PrepareCodebook(code.data(), 256); }
+
+TEST(Bf16Codes, DynamicMapRows) {
+  const PreparedCodebook cb = Prepared(*CreateDynamicMap());
+  ASSERT_NE(cb.bf16_codes, nullptr);
+  // The smallest midpoint magnitude is 0.55e-6 / 2 = 2.75e-7; rows hold quotients below 2^(1 - d), and
+  // 2^-22 < 2.75e-7 <= 2^-21: the last row is d = 23.
+  EXPECT_EQ(cb.bf16_codes->rows(), 24);
+}
+
+TEST(Bf16Codes, IndexByHand) {
+  // absmax 1.0 (0x3F80), x = 0.5 (0x3F00): d = 1, mantissa 0, so row 1, position 127.
+  EXPECT_EQ(Bf16Codes::Index(0x3F80, 24, 0x3F00), 1 * 128 + 127);
+  EXPECT_EQ(Bf16Codes::Index(0x3F80, 24, 0xBF00), 24 * 128 + 1 * 128 + 127);
+  // x = absmax: row 0, position 127 - mantissa.
+  EXPECT_EQ(Bf16Codes::Index(0x3FC0, 24, 0x3FC0), 127 - 0x40);
+  // Zero and far smaller values share the last position of the table half.
+  EXPECT_EQ(Bf16Codes::Index(0x3F80, 24, 0x0000), 24 * 128 - 1);
+  EXPECT_EQ(Bf16Codes::Index(0x3F80, 24, 0x8001), 2 * 24 * 128 - 1);
+}
+
+TEST(Bf16Codes, TableHoldsTheCodesOfItsQuotients) {
+  const PreparedCodebook cb = Prepared(*CreateDynamicMap());
+  const uint16_t amax_bits = 0x3FA5;  // 1.2890625
+  const uint8_t* table = cb.bf16_codes->Table(cb, amax_bits);
+  ASSERT_NE(table, nullptr);
+  const float amax = BF16ToFloat(amax_bits);
+  for (uint32_t h = 0; h <= amax_bits; h += 7) {
+    for (const uint32_t sign : {0u, 0x8000u}) {
+      const auto x = static_cast<uint16_t>(h | sign);
+      EXPECT_EQ(table[Bf16Codes::Index(amax_bits, cb.bf16_codes->rows(), x)],
+                NearestCode(cb, BF16ToFloat(x) / amax)) << std::hex << x;
+    }
+  }
+}
+
+TEST(Bf16Codes, DeclinesWhatItCannotServe) {
+  // A midpoint at 0 (values +-1e-10, no 0): +0 and the smallest positive x code differently.
+  std::vector<float> code(256);
+  for (int i = 0; i < 256; ++i) code[i] = (i - 127.5f) / 128.0f;
+  EXPECT_EQ(Prepared(code).bf16_codes, nullptr);
+  // Absmax below 2^(rows - 1 - 127), or subnormal: the table's rows would not cover their quotients.
+  const PreparedCodebook cb = Prepared(*CreateDynamicMap());
+  const int rows = cb.bf16_codes->rows();
+  EXPECT_EQ(cb.bf16_codes->Table(cb, static_cast<uint16_t>((rows - 2) << 7 | 127)), nullptr);
+  EXPECT_NE(cb.bf16_codes->Table(cb, static_cast<uint16_t>((rows - 1) << 7)), nullptr);
+  EXPECT_EQ(cb.bf16_codes->Table(cb, 0x0040), nullptr);
+}
+
+TEST(Bf16Codes, ConcurrentFirstUseAgrees) {
+  const PreparedCodebook cb = Prepared(*CreateDynamicMap());
+  constexpr int kThreads = 4;
+  std::vector<std::vector<const uint8_t*>> seen(kThreads, std::vector<const uint8_t*>(128));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int m = 0; m < 128; ++m) seen[t][(m + 37 * t) % 128] = cb.bf16_codes->Table(cb, 0x3F80 | ((m + 37 * t) % 128));
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 1; t < kThreads; ++t) EXPECT_EQ(seen[t], seen[0]);
+  for (const uint8_t* p : seen[0]) EXPECT_NE(p, nullptr);
+}
+
+}  // namespace
+}  // namespace bnb::core
