@@ -1,33 +1,46 @@
-// Codes of bfloat16 inputs by table, for blockwise 8-bit quantization (blockwise8.h).
+// Codes of bfloat16 inputs by table, for the blockwise quantizers (8-bit: blockwise8.h, 4-bit: blockwise4.h).
 //
 // For a bfloat16 x and its block's absmax a (itself a bfloat16 value), x / a rounds to the float
 // (significand(x) / significand(a)) * 2^-d, d = exponent(a) - exponent(x), as long as that quotient is normal: a
 // power of two scales exactly. So, given a's 7 mantissa bits, the code of x depends only on x's sign, d and 7
 // mantissa bits: one table per mantissa of a, of 2 * rows * 128 codes. From d = rows - 1 on, every quotient lies
-// below the codebook's smallest midpoint magnitude, where codes no longer change, so larger d (and subnormal or
-// zero x) share that row. An element then costs an index, computed a vector at a time, and one byte load instead
-// of a search. One thread, 2^24 elements, blocksize 4096, Zen 3, ns per element: AVX2 0.76 -> 0.40, SSE4
-// 0.98 -> 0.45, SSSE3 1.09 -> 0.48. A table is 2 * rows * 128 bytes (6 KB for the dynamic map), built on first
-// use by the float32 kernel in about 50 us.
+// below the smallest midpoint at which the code changes, where codes no longer change, so larger d (and subnormal
+// or zero x) share that row. An element then costs an index, computed a vector at a time, and one byte load
+// instead of a search. One thread, 2^24 elements, blocksize 4096, Zen 3, ns per element: 8-bit AVX2 0.76 -> 0.40,
+// SSE4 0.98 -> 0.45, SSSE3 1.09 -> 0.48; NF4 AVX2 0.53 -> 0.44, SSE4 1.00 -> 0.52, SSSE3 1.04 -> 0.58. A table is
+// 2 * rows * 128 bytes (6 KB for the dynamic map, 1.8 KB for NF4), built on first use.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
 
-namespace bnb::core {
+#include "absl/functional/function_ref.h"
 
-struct PreparedCodebook;
+namespace bnb::core {
 
 class Bf16Codes {
  public:
-  // Null when some midpoint of cb is 0 (then x = +0 and the smallest x > 0 take different codes, so no row can
-  // stand for all the smaller quotients) or so close to 0 that the rows would not fit the normal range.
-  static std::shared_ptr<const Bf16Codes> Create(const PreparedCodebook& cb);
+  // Tables for a codebook whose code changes at no midpoint of magnitude below `boundary`. Null when boundary is
+  // 0 (then x = +0 and the smallest x > 0 would take different codes) or so small that the rows would leave the
+  // normal range.
+  static std::shared_ptr<const Bf16Codes> Create(float boundary);
+
+  // The smallest magnitude of a midpoint at which the code changes: midpoints[i] (ascending, n - 1 of them) lies
+  // between sorted positions i and i + 1, whose codes are sorted_to_code[i] and [i + 1].
+  template <class Code>
+  static float SmallestCodeBoundary(const float* midpoints, const Code* sorted_to_code, int n) {
+    float smallest = INFINITY;
+    for (int i = 0; i + 1 < n; ++i) {
+      if (sorted_to_code[i] != sorted_to_code[i + 1]) smallest = std::min(smallest, std::fabs(midpoints[i]));
+    }
+    return smallest;
+  }
 
   int rows() const { return rows_; }
 
@@ -38,17 +51,25 @@ class Bf16Codes {
     return x_bits & 0x8000 ? j + rows * 128 : j;
   }
 
-  // The table for blocks of cb (the codebook this was created for) whose absmax has bfloat16 bits `amax_bits`
-  // (positive and finite); null when that absmax is too small for the table's rows to hold (exponent below
-  // rows - 1, or subnormal). Built on first use of each absmax mantissa; thread-safe.
-  const uint8_t* Table(const PreparedCodebook& cb, uint16_t amax_bits) const;
+  // Codes of x[k] / amax, k < n, by the codebook's own rule (its scalar definition, or a kernel equal to it).
+  using Fill = absl::FunctionRef<void(float amax, const float* x, int64_t n, uint8_t* codes)>;
+
+  // The table for blocks whose absmax has bfloat16 bits `amax_bits` (positive and finite), filled by `fill` on
+  // first use of each absmax mantissa (every call must pass the same codebook's fill); thread-safe. Null when that
+  // absmax is too small for the rows to hold (exponent below rows - 1, or subnormal).
+  const uint8_t* Table(uint16_t amax_bits, Fill fill) const {
+    if ((amax_bits >> 7) < min_exponent_) return nullptr;
+    const uint8_t* table = tables_[amax_bits & 0x7F].load(std::memory_order_acquire);
+    return table != nullptr ? table : BuildOnce(amax_bits & 0x7F, fill);
+  }
 
  private:
   Bf16Codes(int rows, int min_exponent) : rows_(rows), min_exponent_(min_exponent) {}
-  const uint8_t* Build(const PreparedCodebook& cb, int mantissa) const;
+  const uint8_t* BuildOnce(int mantissa, Fill fill) const;
+  const uint8_t* Build(int mantissa, Fill fill) const;
 
   int rows_;
-  int min_exponent_;  // smallest biased exponent of an absmax the table serves
+  int min_exponent_;  // smallest biased exponent of an absmax the tables serve
   mutable std::array<std::atomic<const uint8_t*>, 128> tables_{};
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<uint8_t[]>> storage_;

@@ -13,9 +13,11 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "bnb/core/bf16_codes.h"
 #include "bnb/core/blockwise8.h"
 #include "bnb/core/dtype.h"
 
@@ -42,6 +44,7 @@ struct Codebook4 {
   std::array<float, kCodebook4Size> values;               // Code4(q)
   std::array<float, kCodebook4Size - 1> midpoints;        // ascending
   std::array<uint8_t, kCodebook4Size> sorted_to_code;     // lowest code holding the i-th smallest value
+  std::shared_ptr<const Bf16Codes> bf16_codes;            // codes of bfloat16 inputs by table (bf16_codes.h)
 };
 const Codebook4& GetCodebook4(Quant4 q);
 

@@ -80,13 +80,27 @@ struct Search4 {
   }
 };
 
+// Codes c[0, len) packed two per byte into dst, bitsandbytes' way. In a 16-bit lane the even element is the low
+// byte (little-endian) and goes to the high nibble; an odd len leaves the last low nibble 0.
+HWY_INLINE void PackCodes4(const uint8_t* c, int64_t len, uint8_t* dst) {
+  const D8 d8;
+  const D16 d16;
+  const int64_t L8 = static_cast<int64_t>(hn::Lanes(d8));
+  int64_t j = 0;
+  for (; j + L8 <= len; j += L8) {
+    const auto w = hn::BitCast(d16, hn::LoadU(d8, c + j));
+    const auto pair = hn::Or(hn::ShiftLeft<4>(hn::And(w, hn::Set(d16, 0xFF))), hn::ShiftRight<8>(w));
+    hn::StoreU(hn::DemoteTo(DPacked(), hn::BitCast(DI16(), pair)), DPacked(), dst + j / 2);
+  }
+  for (; j + 1 < len; j += 2) dst[j / 2] = static_cast<uint8_t>((c[j] << 4) | c[j + 1]);
+  if (j < len) dst[j / 2] = static_cast<uint8_t>(c[j] << 4);
+}
+
 template <DType kT>
 void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packed, float* absmax) {
   const DF df;
   const D8 d8;
-  const D16 d16;
   const int64_t N = static_cast<int64_t>(kN);
-  const int64_t L8 = static_cast<int64_t>(hn::Lanes(d8));
   const Codebook4& cb = GetCodebook4(q);
   const Search4 search(cb);
   bool identity = true;  // NF4: sorted position == code
@@ -95,48 +109,68 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
   std::copy(cb.sorted_to_code.begin(), cb.sorted_to_code.end(), to_code);
   // pshufb-style lookups index within each 128-bit block, so every block gets the 16-entry table.
   const auto code_table = hn::LoadDup128(d8, to_code);
-  // Sorted positions of one block's elements, between the search pass and the packing pass.
-  HWY_ALIGN uint8_t pos[kMaxBlocksize];
+  // The codes of a run of consecutive blocks (at most kMaxBlocksize elements), packed when the run is complete:
+  // bfloat16 blocks coded by table have their lookups done a run at a time (Bf16TableRun).
+  HWY_ALIGN uint8_t codes[kMaxBlocksize + hn::MaxLanes(D8())];  // room for the last block's whole vectors
+  Bf16TableRun tables;
+  // Where the search is quick (eight lanes and up), small blocks are coded faster by it than by table: one thread,
+  // NF4, AVX2, ns per element, table / search: blocksize 32 0.87 / 0.76, 64 0.69 / 0.65, 128 0.56 / 0.59, 4096
+  // 0.42 / 0.52. SSE4 and SSSE3 gain at every blocksize (64: 1.09 -> 0.75, 1.21 -> 0.81).
+  const bool use_tables = kT == DType::kBFloat16 && cb.bf16_codes != nullptr && (kN < 8 || r.blocksize >= 128);
+  int64_t run_lo = r.block_begin * r.blocksize, run_len = 0;
+  const auto pack_run = [&] {
+    tables.Finish();
+    PackCodes4(codes, run_len, packed + run_lo / 2);  // run_lo is a block start: even
+    run_lo += run_len;
+    run_len = 0;
+  };
 
   for (int64_t b = r.block_begin; b < r.block_end; ++b) {
     const int64_t lo = b * r.blocksize;
     const int64_t hi = std::min(lo + r.blocksize, r.n);
     const int64_t vec_end = lo + (hi - lo) / N * N;
+    if (run_len + (hi - lo) > kMaxBlocksize) pack_run();
+    uint8_t* c = codes + run_len;  // element lo's code
+    run_len += hi - lo;
 
     const float amax = BlockAbsmax<kT>(x, lo, hi);
     absmax[b] = amax;
+    const bool prefetch = b + 1 < r.block_end;
 
-    // Pass 1: sorted positions. x / absmax is a true division, as ScaleToUnit's.
+    if constexpr (kT == DType::kBFloat16) {
+      if (use_tables && std::isfinite(amax) && amax != 0.0f) {
+        const auto amax_bits = static_cast<uint16_t>(FloatToBits(amax) >> 16);
+        const auto fill = [&cb](float a, const float* v, int64_t n, uint8_t* out) {
+          for (int64_t k = 0; k < n; ++k) out[k] = NearestCode4(cb, v[k] / a);
+        };
+        if (const uint8_t* table = cb.bf16_codes->Table(amax_bits, fill)) {
+          tables.Add(static_cast<const uint16_t*>(x), lo, hi, amax_bits, cb.bf16_codes->rows(), table, prefetch, c);
+          continue;
+        }
+      }
+    }
+    // Sorted positions, then codes. x / absmax is a true division, as ScaleToUnit's.
     int64_t i = lo;
     if (std::isfinite(amax) && amax != 0.0f) {
       const VF vscale = hn::Set(df, amax);
       // The next block's absmax pass then reads from cache while this loop computes.
-      const bool prefetch = b + 1 < r.block_end;
       for (; i < vec_end; i += N) {
         if (prefetch && (i & 15) == 0) PrefetchElements<kT>(x, i + r.blocksize, 16);
         const VI p = search.Position(hn::Div(LoadF32<kT>(x, i), vscale));
-        hn::StoreU(hn::DemoteTo(DU8(), p), DU8(), pos + (i - lo));
+        hn::StoreU(hn::DemoteTo(DU8(), p), DU8(), c + (i - lo));
+      }
+      if (!identity) {
+        const int64_t L8 = static_cast<int64_t>(hn::Lanes(d8));
+        // Whole byte vectors over the positions just stored: a vector's bytes past them belong to elements not
+        // coded yet.
+        for (int64_t j = 0; j < i - lo; j += L8) {
+          hn::StoreU(hn::TableLookupBytes(code_table, hn::LoadU(d8, c + j)), d8, c + j);
+        }
       }
     }
-    for (; i < hi; ++i) {
-      pos[i - lo] = static_cast<uint8_t>(SortedPosition4(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax)));
-    }
-
-    // Pass 2: positions to codes, packed two per byte. In a 16-bit lane the even element is the low byte
-    // (little-endian) and goes to the high nibble.
-    const int64_t len = hi - lo;
-    uint8_t* dst = packed + lo / 2;
-    int64_t j = 0;
-    for (; j + L8 <= len; j += L8) {
-      auto c = hn::LoadU(d8, pos + j);
-      if (!identity) c = hn::TableLookupBytes(code_table, c);
-      const auto w = hn::BitCast(d16, c);
-      const auto pair = hn::Or(hn::ShiftLeft<4>(hn::And(w, hn::Set(d16, 0xFF))), hn::ShiftRight<8>(w));
-      hn::StoreU(hn::DemoteTo(DPacked(), hn::BitCast(DI16(), pair)), DPacked(), dst + j / 2);
-    }
-    for (; j + 1 < len; j += 2) dst[j / 2] = static_cast<uint8_t>((to_code[pos[j]] << 4) | to_code[pos[j + 1]]);
-    if (j < len) dst[j / 2] = static_cast<uint8_t>(to_code[pos[j]] << 4);  // odd n: the pad nibble is 0
+    for (; i < hi; ++i) c[i - lo] = cb.sorted_to_code[SortedPosition4(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax))];
   }
+  pack_run();
 }
 
 // Elements [lo, hi) in chunks of 32 (16 packed bytes); returns where the chunks end. A block has only 16 distinct

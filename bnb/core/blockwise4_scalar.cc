@@ -54,6 +54,8 @@ Codebook4 Prepare(const std::array<float, kCodebook4Size>& values) {
     while (!(values[code] == values[order[i]])) ++code;  // == : +0 and -0 are one value
     cb.sorted_to_code[i] = static_cast<uint8_t>(code);
   }
+  cb.bf16_codes = Bf16Codes::Create(
+      Bf16Codes::SmallestCodeBoundary(cb.midpoints.data(), cb.sorted_to_code.data(), kCodebook4Size));
   return cb;
 }
 

@@ -56,6 +56,10 @@ void QuantizeBlockwise8(DType dtype, const void* x, const PreparedCodebook& cb, 
 void DequantizeBlockwise8(DType dtype, const uint8_t* codes, const float* absmax, const PreparedCodebook& cb,
                           const Blockwise8Range& r, void* out);
 
+// codes[k] = the code of x[k] / amax, k < n, for values no larger than amax in magnitude: QuantizeBlockwise8 over
+// blocks led by amax itself, so that every block's absmax is amax. Fills the bfloat16 code tables (bf16_codes.h).
+void QuantizeByAbsmax8(const PreparedCodebook& cb, float amax, const float* x, int64_t n, uint8_t* codes);
+
 // Plain scalar versions: the definition the vectorized ones are tested against.
 void QuantizeBlockwise8Scalar(DType dtype, const void* x, const PreparedCodebook& cb, const Blockwise8Range& r,
                               uint8_t* codes, float* absmax);

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
-#include "bnb/core/bf16_codes.h"
 #include "bnb/core/blockwise8.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -154,44 +154,12 @@ struct SegmentCoder {
 };
 #endif  // HWY_TARGET != HWY_SCALAR
 
-// Codes of the bfloat16 elements [lo, hi) of a block by its Bf16Codes table: Bf16Codes::Index, a vector at a
-// time into a buffer, then one byte load per element. The buffer keeps the scalar loads away from the vector
-// stores that made the indices (reading indices straight out of the vector, or through a just-stored copy, ran
-// 1.5x slower on Zen 3). `prefetch`: bring in the next block's elements meanwhile.
-HWY_INLINE void QuantizeBf16ByTable(const uint16_t* x, int64_t lo, int64_t hi, uint16_t amax_bits, int rows,
-                                    const uint8_t* table, bool prefetch, uint8_t* codes) {
-  const hn::ScalableTag<uint16_t> d16;
-  const hn::RebindToSigned<decltype(d16)> di16;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d16));
-  HWY_ALIGN uint16_t index[kMaxBlocksize];
-  const auto top = hn::Set(d16, static_cast<uint16_t>(amax_bits | 0x7F));
-  const auto last = hn::Set(d16, static_cast<uint16_t>(rows * 128 - 1));
-  const auto negative = hn::Set(d16, static_cast<uint16_t>(rows * 128));
-  const auto magnitude = hn::Set(d16, static_cast<uint16_t>(0x7FFF));
-  int64_t i = lo;
-  for (; i + N <= hi; i += N) {
-    if (prefetch) PrefetchElements<DType::kBFloat16>(x, i + (hi - lo), N);
-    const auto h = hn::LoadU(d16, x + i);
-    const auto j = hn::Min(hn::Sub(top, hn::And(h, magnitude)), last);
-    const auto sign = hn::BitCast(d16, hn::ShiftRight<15>(hn::BitCast(di16, h)));  // all ones when negative
-    hn::Store(hn::Add(j, hn::And(sign, negative)), d16, index + (i - lo));
-  }
-  for (; i < hi; ++i) index[i - lo] = static_cast<uint16_t>(Bf16Codes::Index(amax_bits, rows, x[i]));
-  const int64_t n = hi - lo;
-  int64_t k = 0;
-  for (; k + 4 <= n; k += 4) {
-    const uint32_t w = uint32_t{table[index[k]]} | uint32_t{table[index[k + 1]]} << 8 |
-                       uint32_t{table[index[k + 2]]} << 16 | uint32_t{table[index[k + 3]]} << 24;
-    std::memcpy(codes + lo + k, &w, 4);
-  }
-  for (; k < n; ++k) codes[lo + k] = table[index[k]];
-}
-
 template <DType kT, class Coder>
 void QuantizeBlocks(const void* x, const Coder& coder, const Blockwise8Range& r, uint8_t* codes, float* absmax) {
   const PreparedCodebook& cb = coder.cb;
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  Bf16TableRun run;
   for (int64_t b = r.block_begin; b < r.block_end; ++b) {
     const int64_t lo = b * r.blocksize;
     const int64_t hi = std::min(lo + r.blocksize, r.n);
@@ -204,9 +172,11 @@ void QuantizeBlocks(const void* x, const Coder& coder, const Blockwise8Range& r,
     if constexpr (kT == DType::kBFloat16) {
       if (cb.bf16_codes != nullptr && std::isfinite(amax) && amax != 0.0f) {
         const auto amax_bits = static_cast<uint16_t>(FloatToBits(amax) >> 16);
-        if (const uint8_t* table = cb.bf16_codes->Table(cb, amax_bits)) {
-          QuantizeBf16ByTable(static_cast<const uint16_t*>(x), lo, hi, amax_bits, cb.bf16_codes->rows(), table,
-                              b + 1 < r.block_end, codes);
+        const auto fill = [&cb](float a, const float* v, int64_t n, uint8_t* c) { QuantizeByAbsmax8(cb, a, v, n, c); };
+        if (const uint8_t* table = cb.bf16_codes->Table(amax_bits, fill)) {
+          if (!run.Fits(hi - lo)) run.Finish();
+          run.Add(static_cast<const uint16_t*>(x), lo, hi, amax_bits, cb.bf16_codes->rows(), table,
+                  b + 1 < r.block_end, codes + lo);
           continue;
         }
       }
@@ -227,6 +197,7 @@ void QuantizeBlocks(const void* x, const Coder& coder, const Blockwise8Range& r,
     }
     for (; i < hi; ++i) codes[i] = NearestCode(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax));
   }
+  run.Finish();
 }
 
 template <DType kT>
@@ -359,6 +330,19 @@ void QuantizeBlockwise8(DType dtype, const void* x, const PreparedCodebook& cb, 
 void DequantizeBlockwise8(DType dtype, const uint8_t* codes, const float* absmax, const PreparedCodebook& cb,
                           const Blockwise8Range& r, void* out) {
   HWY_DYNAMIC_DISPATCH(Dequantize)(dtype, codes, absmax, cb, r, out);
+}
+
+void QuantizeByAbsmax8(const PreparedCodebook& cb, float amax, const float* x, int64_t n, uint8_t* codes) {
+  constexpr int64_t kBlock = kMaxBlocksize, kPerBlock = kBlock - 1;
+  const int64_t blocks = (n + kPerBlock - 1) / kPerBlock;
+  std::vector<float> led(blocks * kBlock, 0.0f);
+  for (int64_t b = 0; b < blocks; ++b) led[b * kBlock] = amax;
+  for (int64_t k = 0; k < n; ++k) led[k / kPerBlock * kBlock + 1 + k % kPerBlock] = x[k];
+  std::vector<uint8_t> led_codes(led.size());
+  std::vector<float> absmax(blocks);
+  QuantizeBlockwise8(DType::kFloat32, led.data(), cb, Blockwise8Range{blocks * kBlock, kBlock, 0, blocks},
+                     led_codes.data(), absmax.data());
+  for (int64_t k = 0; k < n; ++k) codes[k] = led_codes[k / kPerBlock * kBlock + 1 + k % kPerBlock];
 }
 
 }  // namespace bnb::core

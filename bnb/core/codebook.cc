@@ -305,7 +305,8 @@ absl::StatusOr<PreparedCodebook> PrepareCodebook(const float* code, int64_t n) {
   }
   BuildBuckets(cb);
   BuildSegments(cb);
-  cb.bf16_codes = Bf16Codes::Create(cb);
+  cb.bf16_codes = Bf16Codes::Create(
+      Bf16Codes::SmallestCodeBoundary(cb.midpoints.data(), cb.sorted_to_code.data(), kCodebookSize));
   cb.pairs.resize(kCodebookSize * kCodebookSize);
   for (uint32_t i = 0; i < cb.pairs.size(); ++i) {
     cb.pairs[i] = FloatToBits(cb.values[i & 0xFF]) | (uint64_t{FloatToBits(cb.values[i >> 8])} << 32);

@@ -80,8 +80,8 @@ struct PreparedCodebook {
   // so one 64-bit gather yields two outputs (little-endian: memory order c0, c1).
   std::vector<uint64_t> pairs;
   SegmentSearch segments;  // usable for the dynamic maps
-  // Codes of bfloat16 inputs by table (bf16_codes.h), built lazily and shared by copies; null for codebooks with
-  // a midpoint at 0.
+  // Codes of bfloat16 inputs by table (bf16_codes.h), built lazily and shared by copies; null for codebooks whose
+  // code changes at 0.
   std::shared_ptr<const Bf16Codes> bf16_codes;
 
   static constexpr int kBucketShift = 15;

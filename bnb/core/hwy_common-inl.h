@@ -10,8 +10,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
+#include "bnb/core/bf16_codes.h"
+#include "bnb/core/blockwise8.h"
 #include "bnb/core/dtype.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -140,6 +143,70 @@ HWY_INLINE void PrefetchElements(const void* x, int64_t i, int64_t n) {
   const char* p = static_cast<const char*>(x) + i * kSize;
   for (int64_t off = 0; off < n * kSize; off += 64) hwy::Prefetch(p + off);
 }
+
+// Codes of bfloat16 blocks by their Bf16Codes tables, for a run of consecutive blocks of at most kMaxBlocksize
+// elements in all: Add() stores a block's indices (Bf16Codes::Index, a vector at a time), Finish() looks them all
+// up, one byte load per element and four codes to a store (a store per code: 0.48 instead of 0.40 ns per element
+// on Zen 3). The lookups wait for a whole run because scalar loads of indices just written by vector stores stall:
+// reading them right after, or straight out of the vector, ran 1.5x slower, and blocks of 64 elements slower than
+// the search they replace.
+class Bf16TableRun {
+ public:
+  bool Fits(int64_t n) const { return used_ + n <= kMaxBlocksize; }
+
+  // Elements [lo, hi) of x, coded later into out[0, hi - lo). `prefetch`: bring in the next block meanwhile.
+  HWY_INLINE void Add(const uint16_t* x, int64_t lo, int64_t hi, uint16_t amax_bits, int rows, const uint8_t* table,
+                      bool prefetch, uint8_t* out) {
+    const hn::ScalableTag<uint16_t> d16;
+    const hn::RebindToSigned<decltype(d16)> di16;
+    const int64_t N = static_cast<int64_t>(hn::Lanes(d16));
+    uint16_t* index = index_ + used_;
+    const auto top = hn::Set(d16, static_cast<uint16_t>(amax_bits | 0x7F));
+    const auto last = hn::Set(d16, static_cast<uint16_t>(rows * 128 - 1));
+    const auto negative = hn::Set(d16, static_cast<uint16_t>(rows * 128));
+    const auto magnitude = hn::Set(d16, static_cast<uint16_t>(0x7FFF));
+    int64_t i = lo;
+    for (; i + N <= hi; i += N) {
+      if (prefetch) PrefetchElements<DType::kBFloat16>(x, i + (hi - lo), N);
+      const auto h = hn::LoadU(d16, x + i);
+      const auto j = hn::Min(hn::Sub(top, hn::And(h, magnitude)), last);
+      const auto sign = hn::BitCast(d16, hn::ShiftRight<15>(hn::BitCast(di16, h)));  // all ones when negative
+      hn::StoreU(hn::Add(j, hn::And(sign, negative)), d16, index + (i - lo));
+    }
+    for (; i < hi; ++i) index[i - lo] = static_cast<uint16_t>(Bf16Codes::Index(amax_bits, rows, x[i]));
+    blocks_[count_++] = Block{used_, hi - lo, table, out};
+    used_ += hi - lo;
+  }
+
+  HWY_INLINE void Finish() {
+    for (int b = 0; b < count_; ++b) {
+      const uint16_t* index = index_ + blocks_[b].begin;
+      const uint8_t* table = blocks_[b].table;
+      uint8_t* out = blocks_[b].out;
+      const int64_t n = blocks_[b].n;
+      int64_t k = 0;
+      for (; k + 4 <= n; k += 4) {
+        const uint32_t w = uint32_t{table[index[k]]} | uint32_t{table[index[k + 1]]} << 8 |
+                           uint32_t{table[index[k + 2]]} << 16 | uint32_t{table[index[k + 3]]} << 24;
+        std::memcpy(out + k, &w, 4);
+      }
+      for (; k < n; ++k) out[k] = table[index[k]];
+    }
+    count_ = 0;
+    used_ = 0;
+  }
+
+ private:
+  struct Block {
+    int64_t begin, n;
+    const uint8_t* table;
+    uint8_t* out;
+  };
+  HWY_ALIGN uint16_t index_[kMaxBlocksize];
+  Block blocks_[kMaxBlocksize / kMinBlocksize];
+  int count_ = 0;
+  int64_t used_ = 0;
+};
 
 #if HWY_TARGET != HWY_SCALAR
 // A table of kEntries floats (a power of two, at most 16) held in registers and looked up per lane.

@@ -5,6 +5,8 @@
 #include <thread>
 #include <vector>
 
+#include "bnb/core/blockwise4.h"
+#include "bnb/core/blockwise8.h"
 #include "bnb/core/codebook.h"
 #include "bnb/core/dtype.h"
 #include "gtest/gtest.h"
@@ -13,6 +15,13 @@ namespace bnb::core {
 namespace {
 
 PreparedCodebook Prepared(const std::vector<float>& code) { return *PrepareCodebook(code.data(), 256); }
+
+// The table of an 8-bit codebook for absmax bits a.
+const uint8_t* Table8(const PreparedCodebook& cb, uint16_t a) {
+  return cb.bf16_codes->Table(a, [&](float amax, const float* x, int64_t n, uint8_t* codes) {
+    QuantizeByAbsmax8(cb, amax, x, n, codes);
+  });
+}
 
 TEST(Bf16Codes, DynamicMapRows) {
   const PreparedCodebook cb = Prepared(*CreateDynamicMap());
@@ -36,7 +45,7 @@ TEST(Bf16Codes, IndexByHand) {
 TEST(Bf16Codes, TableHoldsTheCodesOfItsQuotients) {
   const PreparedCodebook cb = Prepared(*CreateDynamicMap());
   const uint16_t amax_bits = 0x3FA5;  // 1.2890625
-  const uint8_t* table = cb.bf16_codes->Table(cb, amax_bits);
+  const uint8_t* table = Table8(cb, amax_bits);
   ASSERT_NE(table, nullptr);
   const float amax = BF16ToFloat(amax_bits);
   for (uint32_t h = 0; h <= amax_bits; h += 7) {
@@ -48,6 +57,17 @@ TEST(Bf16Codes, TableHoldsTheCodesOfItsQuotients) {
   }
 }
 
+TEST(Bf16Codes, BoundaryIgnoresMidpointsBetweenEqualCodes) {
+  // FP4's -0 and +0 (codes 8 and 0) both code as 0: the midpoint between them, 0, changes nothing, and the
+  // boundary is the midpoint between 0 and its smallest positive value 0.0625 / 12.
+  const Codebook4& fp4 = GetCodebook4(Quant4::kFP4);
+  EXPECT_EQ(Bf16Codes::SmallestCodeBoundary(fp4.midpoints.data(), fp4.sorted_to_code.data(), kCodebook4Size),
+            (0.0f + 0.0625f / 12.0f) * 0.5f);
+  const Codebook4& nf4 = GetCodebook4(Quant4::kNF4);
+  EXPECT_EQ(Bf16Codes::SmallestCodeBoundary(nf4.midpoints.data(), nf4.sorted_to_code.data(), kCodebook4Size),
+            nf4.midpoints[7]);  // between 0 (code 7) and 0.0796 (code 8)
+}
+
 TEST(Bf16Codes, DeclinesWhatItCannotServe) {
   // A midpoint at 0 (values +-1e-10, no 0): +0 and the smallest positive x code differently.
   std::vector<float> code(256);
@@ -56,9 +76,9 @@ TEST(Bf16Codes, DeclinesWhatItCannotServe) {
   // Absmax below 2^(rows - 1 - 127), or subnormal: the table's rows would not cover their quotients.
   const PreparedCodebook cb = Prepared(*CreateDynamicMap());
   const int rows = cb.bf16_codes->rows();
-  EXPECT_EQ(cb.bf16_codes->Table(cb, static_cast<uint16_t>((rows - 2) << 7 | 127)), nullptr);
-  EXPECT_NE(cb.bf16_codes->Table(cb, static_cast<uint16_t>((rows - 1) << 7)), nullptr);
-  EXPECT_EQ(cb.bf16_codes->Table(cb, 0x0040), nullptr);
+  EXPECT_EQ(Table8(cb, static_cast<uint16_t>((rows - 2) << 7 | 127)), nullptr);
+  EXPECT_NE(Table8(cb, static_cast<uint16_t>((rows - 1) << 7)), nullptr);
+  EXPECT_EQ(Table8(cb, 0x0040), nullptr);
 }
 
 TEST(Bf16Codes, ConcurrentFirstUseAgrees) {
@@ -68,7 +88,10 @@ TEST(Bf16Codes, ConcurrentFirstUseAgrees) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      for (int m = 0; m < 128; ++m) seen[t][(m + 37 * t) % 128] = cb.bf16_codes->Table(cb, 0x3F80 | ((m + 37 * t) % 128));
+      for (int m = 0; m < 128; ++m) {
+        const int mantissa = (m + 37 * t) % 128;
+        seen[t][mantissa] = Table8(cb, static_cast<uint16_t>(0x3F80 | mantissa));
+      }
     });
   }
   for (auto& th : threads) th.join();
