@@ -80,26 +80,33 @@ struct Search4 {
   }
 };
 
-// Codes c[0, len) packed two per byte into dst, bitsandbytes' way. In a 16-bit lane the even element is the low
-// byte (little-endian) and goes to the high nibble; an odd len leaves the last low nibble 0.
-HWY_INLINE void PackCodes4(const uint8_t* c, int64_t len, uint8_t* dst) {
+HWY_ALIGN constexpr uint8_t kIdentity4[kCodebook4Size] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+// Sorted positions p[0, len) as codes (through the 16 bytes at to_code, or as they are when it is null) packed two
+// per byte into dst, bitsandbytes' way. In a 16-bit lane the even element is the low byte (little-endian) and goes
+// to the high nibble; an odd len leaves the last low nibble 0.
+HWY_INLINE void PackCodes4(const uint8_t* p, int64_t len, const uint8_t* to_code, uint8_t* dst) {
   const D8 d8;
   const D16 d16;
   const int64_t L8 = static_cast<int64_t>(hn::Lanes(d8));
+  // pshufb-style lookups index within each 128-bit block, so every block gets the 16-entry table.
+  const auto code_table = hn::LoadDup128(d8, to_code != nullptr ? to_code : kIdentity4);
   int64_t j = 0;
   for (; j + L8 <= len; j += L8) {
-    const auto w = hn::BitCast(d16, hn::LoadU(d8, c + j));
+    auto c = hn::LoadU(d8, p + j);
+    if (to_code != nullptr) c = hn::TableLookupBytes(code_table, c);
+    const auto w = hn::BitCast(d16, c);
     const auto pair = hn::Or(hn::ShiftLeft<4>(hn::And(w, hn::Set(d16, 0xFF))), hn::ShiftRight<8>(w));
     hn::StoreU(hn::DemoteTo(DPacked(), hn::BitCast(DI16(), pair)), DPacked(), dst + j / 2);
   }
-  for (; j + 1 < len; j += 2) dst[j / 2] = static_cast<uint8_t>((c[j] << 4) | c[j + 1]);
-  if (j < len) dst[j / 2] = static_cast<uint8_t>(c[j] << 4);
+  const uint8_t* code_of = to_code != nullptr ? to_code : kIdentity4;
+  for (; j + 1 < len; j += 2) dst[j / 2] = static_cast<uint8_t>((code_of[p[j]] << 4) | code_of[p[j + 1]]);
+  if (j < len) dst[j / 2] = static_cast<uint8_t>(code_of[p[j]] << 4);
 }
 
 template <DType kT>
 void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packed, float* absmax) {
   const DF df;
-  const D8 d8;
   const int64_t N = static_cast<int64_t>(kN);
   const Codebook4& cb = GetCodebook4(q);
   const Search4 search(cb);
@@ -107,12 +114,13 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
   for (int k = 0; k < kCodebook4Size; ++k) identity &= cb.sorted_to_code[k] == k;
   HWY_ALIGN uint8_t to_code[16];
   std::copy(cb.sorted_to_code.begin(), cb.sorted_to_code.end(), to_code);
-  // pshufb-style lookups index within each 128-bit block, so every block gets the 16-entry table.
-  const auto code_table = hn::LoadDup128(d8, to_code);
-  // The codes of a run of consecutive blocks (at most kMaxBlocksize elements), packed when the run is complete:
-  // bfloat16 blocks coded by table have their lookups done a run at a time (Bf16TableRun).
-  HWY_ALIGN uint8_t codes[kMaxBlocksize + hn::MaxLanes(D8())];  // room for the last block's whole vectors
-  Bf16TableRun tables;
+  // The sorted positions of a run of consecutive blocks (at most kMaxBlocksize elements), mapped to codes and
+  // packed when the run is complete: bfloat16 blocks coded by table have their lookups done a run at a time
+  // (Bf16TableRun). Their tables hold positions too. Tables are valid where the code, not the position, stops
+  // changing (FP4's midpoint between -0 and +0 changes only the position): every position a table's last row
+  // stands for maps to the same code.
+  HWY_ALIGN uint8_t pos[kMaxBlocksize];
+  Bf16TableRunFor<kT> tables;
   // Where the search is quick (eight lanes and up), small blocks are coded faster by it than by table: one thread,
   // NF4, AVX2, ns per element, table / search: blocksize 32 0.87 / 0.76, 64 0.69 / 0.65, 128 0.56 / 0.59, 4096
   // 0.42 / 0.52. SSE4 and SSSE3 gain at every blocksize (64: 1.09 -> 0.75, 1.21 -> 0.81).
@@ -120,7 +128,7 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
   int64_t run_lo = r.block_begin * r.blocksize, run_len = 0;
   const auto pack_run = [&] {
     tables.Finish();
-    PackCodes4(codes, run_len, packed + run_lo / 2);  // run_lo is a block start: even
+    PackCodes4(pos, run_len, identity ? nullptr : to_code, packed + run_lo / 2);  // run_lo: a block start, even
     run_lo += run_len;
     run_len = 0;
   };
@@ -130,7 +138,7 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
     const int64_t hi = std::min(lo + r.blocksize, r.n);
     const int64_t vec_end = lo + (hi - lo) / N * N;
     if (run_len + (hi - lo) > kMaxBlocksize) pack_run();
-    uint8_t* c = codes + run_len;  // element lo's code
+    uint8_t* c = pos + run_len;  // element lo's position
     run_len += hi - lo;
 
     const float amax = BlockAbsmax<kT>(x, lo, hi);
@@ -141,7 +149,7 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
       if (use_tables && std::isfinite(amax) && amax != 0.0f) {
         const auto amax_bits = static_cast<uint16_t>(FloatToBits(amax) >> 16);
         const auto fill = [&cb](float a, const float* v, int64_t n, uint8_t* out) {
-          for (int64_t k = 0; k < n; ++k) out[k] = NearestCode4(cb, v[k] / a);
+          for (int64_t k = 0; k < n; ++k) out[k] = static_cast<uint8_t>(SortedPosition4(cb, v[k] / a));
         };
         if (const uint8_t* table = cb.bf16_codes->Table(amax_bits, fill)) {
           tables.Add(static_cast<const uint16_t*>(x), lo, hi, amax_bits, cb.bf16_codes->rows(), table, prefetch, c);
@@ -149,7 +157,7 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
         }
       }
     }
-    // Sorted positions, then codes. x / absmax is a true division, as ScaleToUnit's.
+    // x / absmax is a true division, as ScaleToUnit's.
     int64_t i = lo;
     if (std::isfinite(amax) && amax != 0.0f) {
       const VF vscale = hn::Set(df, amax);
@@ -159,16 +167,8 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
         const VI p = search.Position(hn::Div(LoadF32<kT>(x, i), vscale));
         hn::StoreU(hn::DemoteTo(DU8(), p), DU8(), c + (i - lo));
       }
-      if (!identity) {
-        const int64_t L8 = static_cast<int64_t>(hn::Lanes(d8));
-        // Whole byte vectors over the positions just stored: a vector's bytes past them belong to elements not
-        // coded yet.
-        for (int64_t j = 0; j < i - lo; j += L8) {
-          hn::StoreU(hn::TableLookupBytes(code_table, hn::LoadU(d8, c + j)), d8, c + j);
-        }
-      }
     }
-    for (; i < hi; ++i) c[i - lo] = cb.sorted_to_code[SortedPosition4(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax))];
+    for (; i < hi; ++i) c[i - lo] = static_cast<uint8_t>(SortedPosition4(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax)));
   }
   pack_run();
 }

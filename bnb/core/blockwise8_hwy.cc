@@ -159,7 +159,7 @@ void QuantizeBlocks(const void* x, const Coder& coder, const Blockwise8Range& r,
   const PreparedCodebook& cb = coder.cb;
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  Bf16TableRun run;
+  Bf16TableRunFor<kT> run;
   for (int64_t b = r.block_begin; b < r.block_end; ++b) {
     const int64_t lo = b * r.blocksize;
     const int64_t hi = std::min(lo + r.blocksize, r.n);
