@@ -51,7 +51,8 @@ class Bf16Codes {
     return x_bits & 0x8000 ? j + rows * 128 : j;
   }
 
-  // Codes of x[k] / amax, k < n, by the codebook's own rule (its scalar definition, or a kernel equal to it).
+  // The byte a kernel wants for each x[k] / amax, k < n: its code (8-bit), or a value that maps to its code (4-bit:
+  // the sorted position), by the codebook's own rule (its scalar definition, or a kernel equal to it).
   using Fill = absl::FunctionRef<void(float amax, const float* x, int64_t n, uint8_t* codes)>;
 
   // The table for blocks whose absmax has bfloat16 bits `amax_bits` (positive and finite), filled by `fill` on
