@@ -242,27 +242,15 @@ TEST_P(EveryIsa, EqualsScalarExactly) {
   }
 }
 
-// bfloat16 input by table (bf16_codes.h): every bfloat16 magnitude up to the absmax, both signs, subnormals and
-// zeros, against the scalar definition; absmax mantissas 0, 1, 64 and 127 at exponents from below the table's
-// smallest (those blocks take the search) up to the largest finite. An odd count leaves a pad nibble.
+// bfloat16 input by table (bf16_codes.h): every bfloat16 magnitude up to the absmax against the scalar definition,
+// for the absmax values of tests::Bf16AbsmaxCases. An odd count leaves a pad nibble.
 TEST_P(EveryIsa, EveryBfloat16EqualsScalar) {
   for (Quant4 q : kQuants) {
     ASSERT_NE(GetCodebook4(q).bf16_codes, nullptr);
-    const int rows = GetCodebook4(q).bf16_codes->rows();
-    std::vector<uint16_t> amaxes = {0x0001, 0x007F};  // subnormal
-    for (int e : {rows - 2, rows - 1, rows, 100, 127, 200, 254}) {
-      for (int m : {0, 1, 64, 127}) amaxes.push_back(static_cast<uint16_t>(e << 7 | m));
-    }
-    for (const uint16_t a : amaxes) {
+    for (const uint16_t a : tests::Bf16AbsmaxCases(GetCodebook4(q).bf16_codes->rows())) {
       SCOPED_TRACE(testing::Message() << Quant4Name(q) << " absmax bits " << std::hex << a);
       const int64_t bs = 4096;
-      std::vector<uint16_t> x;
-      for (uint32_t h = 0; h <= a; ++h) {
-        for (const uint32_t sign : {0u, 0x8000u}) {
-          if (x.size() % bs == 0) x.push_back(a);  // every block's absmax is a
-          x.push_back(static_cast<uint16_t>(h | sign));
-        }
-      }
+      std::vector<uint16_t> x = tests::EveryBf16UpTo(a, bs);
       if (x.size() % 2 == 0) x.push_back(0x8000);
       const int64_t n = static_cast<int64_t>(x.size());
       const Blockwise4Range r{n, bs, 0, NumBlocks(n, bs)};

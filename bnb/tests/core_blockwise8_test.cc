@@ -161,28 +161,16 @@ TEST_P(EveryIsa, HardValuesEqualScalarExactly) {
   }
 }
 
-// bfloat16 input by table (bf16_codes.h): every bfloat16 magnitude up to the absmax, both signs, subnormals and
-// zeros, against the scalar definition; absmax mantissas 0, 1, 64 and 127 at exponents from below the table's
-// smallest (those blocks take the search) up to the largest finite.
+// bfloat16 input by table (bf16_codes.h): every bfloat16 magnitude up to the absmax against the scalar definition,
+// for the absmax values of tests::Bf16AbsmaxCases.
 TEST_P(EveryIsa, EveryBfloat16EqualsScalar) {
   for (const std::vector<float>& code : {*CreateDynamicMap(), *ComputeDynamicMap(false, 7, 8)}) {
     const PreparedCodebook cb = *PrepareCodebook(code.data(), 256);
     ASSERT_NE(cb.bf16_codes, nullptr);
-    const int rows = cb.bf16_codes->rows();
-    std::vector<uint16_t> amaxes = {0x0001, 0x007F};  // subnormal
-    for (int e : {rows - 2, rows - 1, rows, 100, 127, 200, 254}) {
-      for (int m : {0, 1, 64, 127}) amaxes.push_back(static_cast<uint16_t>(e << 7 | m));
-    }
-    for (const uint16_t a : amaxes) {
+    for (const uint16_t a : tests::Bf16AbsmaxCases(cb.bf16_codes->rows())) {
       SCOPED_TRACE(testing::Message() << "absmax bits " << std::hex << a);
       const int64_t bs = 4096;
-      std::vector<uint16_t> x;
-      for (uint32_t h = 0; h <= a; ++h) {
-        for (const uint32_t sign : {0u, 0x8000u}) {
-          if (x.size() % bs == 0) x.push_back(a);  // every block's absmax is a
-          x.push_back(static_cast<uint16_t>(h | sign));
-        }
-      }
+      const std::vector<uint16_t> x = tests::EveryBf16UpTo(a, bs);
       const int64_t n = static_cast<int64_t>(x.size());
       const Blockwise8Range r{n, bs, 0, NumBlocks(n, bs)};
       std::vector<uint8_t> codes(n), codes_ref(n);

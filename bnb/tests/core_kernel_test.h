@@ -75,6 +75,30 @@ inline double GemvTolerance(core::DType dtype, double ref, double magnitude) {
   return 1e-5 * magnitude + rounding * std::fabs(ref) + 1e-30;
 }
 
+// Absmax bit patterns for exhaustive bfloat16 tests of a Bf16Codes table with `rows` rows: mantissas 0, 1, 64 and
+// 127 at exponents from below the table's smallest (those blocks take the search) up to the largest finite, and
+// two subnormals.
+inline std::vector<uint16_t> Bf16AbsmaxCases(int rows) {
+  std::vector<uint16_t> amaxes = {0x0001, 0x007F};
+  for (int e : {rows - 2, rows - 1, rows, 100, 127, 200, 254}) {
+    for (int m : {0, 1, 64, 127}) amaxes.push_back(static_cast<uint16_t>(e << 7 | m));
+  }
+  return amaxes;
+}
+
+// Every bfloat16 magnitude up to absmax bits a, both signs (zeros and subnormals included), in blocks of `bs` that
+// each start with a, so that every block's absmax is a.
+inline std::vector<uint16_t> EveryBf16UpTo(uint16_t a, int64_t bs) {
+  std::vector<uint16_t> x;
+  for (uint32_t h = 0; h <= a; ++h) {
+    for (const uint32_t sign : {0u, 0x8000u}) {
+      if (static_cast<int64_t>(x.size()) % bs == 0) x.push_back(a);
+      x.push_back(static_cast<uint16_t>(h | sign));
+    }
+  }
+  return x;
+}
+
 // Parameterized by an instruction set of core::AvailableIsas(): the dispatch is capped to it for the test.
 class EveryIsa : public ::testing::TestWithParam<std::string> {
  protected:
