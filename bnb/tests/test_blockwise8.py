@@ -48,17 +48,18 @@ def test_thread_count_does_not_change_results(threads):
     assert_same_bits(got[1], want[1])
 
 
-def test_any_codebook_and_unsorted_codebooks():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # bfloat16: coded by table (bf16_codes.h)
+def test_any_codebook_and_unsorted_codebooks(dtype):
     g = torch.Generator().manual_seed(1)
     code = torch.rand(256, generator=g) * 2 - 1  # unsorted, arbitrary values
     code[10] = code[200]  # a duplicate: the lower code wins
-    A = torch.randn(4096, generator=g)
+    A = torch.randn(4096, generator=g).to(dtype)
     q, absmax = torch.ops.bnb.quantize_blockwise(A, code, 128)
     q_ref, absmax_ref = ref.quantize_blockwise(A, code, 128)
     assert_same_bits(q, q_ref)
     assert not (q == 200).any()
     # Nearest value: no other entry is strictly closer to any scaled input.
-    v = (A.view(-1, 128) / absmax[:, None]).reshape(-1)
+    v = (A.float().view(-1, 128) / absmax[:, None]).reshape(-1)
     dist_chosen = (v - code[q.long()]).abs()
     dist_best = (v[:, None] - code[None, :]).abs().min(dim=1).values
     assert torch.all(dist_chosen <= dist_best + 1e-7)
