@@ -121,9 +121,10 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
   // stands for maps to the same code.
   HWY_ALIGN uint8_t pos[kMaxBlocksize];
   Bf16TableRunFor<kT> tables;
-  // Where the search is quick (eight lanes and up), small blocks are coded faster by it than by table: one thread,
-  // NF4, AVX2, ns per element, table / search: blocksize 32 0.87 / 0.76, 64 0.69 / 0.65, 128 0.56 / 0.59, 4096
-  // 0.42 / 0.52. SSE4 and SSSE3 gain at every blocksize (64: 1.09 -> 0.75, 1.21 -> 0.81).
+  // Where the search is quick (eight lanes and up), small blocks are coded faster by it than by table: each block
+  // looks up a different one of the 128 tables (230 KB in all), so its loads miss L1. One thread, NF4, AVX2, ns per
+  // element, table / search: blocksize 32 0.87 / 0.76, 64 0.69 / 0.65, 128 0.56 / 0.59, 4096 0.42 / 0.52. SSE4
+  // and SSSE3 gain at every blocksize (64: 1.09 -> 0.75, 1.21 -> 0.81).
   const bool use_tables = kT == DType::kBFloat16 && cb.bf16_codes != nullptr && (kN < 8 || r.blocksize >= 128);
   int64_t run_lo = r.block_begin * r.blocksize, run_len = 0;
   const auto pack_run = [&] {
