@@ -147,9 +147,9 @@ HWY_INLINE void PrefetchElements(const void* x, int64_t i, int64_t n) {
 // Codes of bfloat16 blocks by their Bf16Codes tables, for a run of consecutive blocks of at most kMaxBlocksize
 // elements in all: Add() stores a block's indices (Bf16Codes::Index, a vector at a time), Finish() looks them all
 // up, one byte load per element and four codes to a store (a store per code: 0.48 instead of 0.40 ns per element
-// on Zen 3). The lookups wait for a whole run because scalar loads of indices just written by vector stores stall:
-// reading them right after, or straight out of the vector, ran 1.5x slower, and blocks of 64 elements slower than
-// the search they replace.
+// on Zen 3). The lookups come after the run's indices are all stored: scalar loads of indices that a vector store
+// has just written stall, and reading each vector's indices right after storing them, or straight out of the
+// vector, ran 1.5x slower.
 class Bf16TableRun {
  public:
   bool Fits(int64_t n) const { return used_ + n <= kMaxBlocksize; }
