@@ -125,7 +125,7 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
   // looks up a different one of the 128 tables (230 KB in all), so its loads miss L1. One thread, NF4, AVX2, ns per
   // element, table / search: blocksize 32 0.87 / 0.76, 64 0.69 / 0.65, 128 0.56 / 0.59, 4096 0.42 / 0.52. SSE4
   // and SSSE3 gain at every blocksize (64: 1.09 -> 0.75, 1.21 -> 0.81).
-  const bool use_tables = kT == DType::kBFloat16 && cb.bf16_codes != nullptr && (kN < 8 || r.blocksize >= 128);
+  const bool use_tables = kN < 8 || r.blocksize >= 128;
   int64_t run_lo = r.block_begin * r.blocksize, run_len = 0;
   const auto pack_run = [&] {
     tables.Finish();
@@ -147,15 +147,13 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
     const bool prefetch = b + 1 < r.block_end;
 
     if constexpr (kT == DType::kBFloat16) {
-      if (use_tables && std::isfinite(amax) && amax != 0.0f) {
-        const auto amax_bits = static_cast<uint16_t>(FloatToBits(amax) >> 16);
-        const auto fill = [&cb](float a, const float* v, int64_t n, uint8_t* out) {
-          for (int64_t k = 0; k < n; ++k) out[k] = static_cast<uint8_t>(SortedPosition4(cb, v[k] / a));
-        };
-        if (const uint8_t* table = cb.bf16_codes->Table(amax_bits, fill)) {
-          tables.Add(static_cast<const uint16_t*>(x), lo, hi, amax_bits, cb.bf16_codes->rows(), table, prefetch, c);
-          continue;
-        }
+      const auto fill = [&cb](float a, const float* v, int64_t n, uint8_t* out) {
+        for (int64_t k = 0; k < n; ++k) out[k] = static_cast<uint8_t>(SortedPosition4(cb, v[k] / a));
+      };
+      // pack_run has ended the run before a block that would not fit, so TryAdd never finishes it early.
+      if (use_tables && tables.TryAdd(cb.bf16_codes.get(), fill, static_cast<const uint16_t*>(x), lo, hi, amax,
+                                      prefetch, c)) {
+        continue;
       }
     }
     // x / absmax is a true division, as ScaleToUnit's.

@@ -170,15 +170,10 @@ void QuantizeBlocks(const void* x, const Coder& coder, const Blockwise8Range& r,
     absmax[b] = amax;
 
     if constexpr (kT == DType::kBFloat16) {
-      if (cb.bf16_codes != nullptr && std::isfinite(amax) && amax != 0.0f) {
-        const auto amax_bits = static_cast<uint16_t>(FloatToBits(amax) >> 16);
-        const auto fill = [&cb](float a, const float* v, int64_t n, uint8_t* c) { QuantizeByAbsmax8(cb, a, v, n, c); };
-        if (const uint8_t* table = cb.bf16_codes->Table(amax_bits, fill)) {
-          if (!run.Fits(hi - lo)) run.Finish();
-          run.Add(static_cast<const uint16_t*>(x), lo, hi, amax_bits, cb.bf16_codes->rows(), table,
-                  b + 1 < r.block_end, codes + lo);
-          continue;
-        }
+      const auto fill = [&cb](float a, const float* v, int64_t n, uint8_t* c) { QuantizeByAbsmax8(cb, a, v, n, c); };
+      if (run.TryAdd(cb.bf16_codes.get(), fill, static_cast<const uint16_t*>(x), lo, hi, amax, b + 1 < r.block_end,
+                     codes + lo)) {
+        continue;
       }
     }
     int64_t i = lo;

@@ -152,30 +152,19 @@ HWY_INLINE void PrefetchElements(const void* x, int64_t i, int64_t n) {
 // vector, ran 1.5x slower.
 class Bf16TableRun {
  public:
-  bool Fits(int64_t n) const { return used_ + n <= kMaxBlocksize; }
-
-  // Elements [lo, hi) of x, coded later into out[0, hi - lo). `prefetch`: bring in the next block meanwhile.
-  HWY_INLINE void Add(const uint16_t* x, int64_t lo, int64_t hi, uint16_t amax_bits, int rows, const uint8_t* table,
-                      bool prefetch, uint8_t* out) {
-    const hn::ScalableTag<uint16_t> d16;
-    const hn::RebindToSigned<decltype(d16)> di16;
-    const int64_t N = static_cast<int64_t>(hn::Lanes(d16));
-    uint16_t* index = index_ + used_;
-    const auto top = hn::Set(d16, static_cast<uint16_t>(amax_bits | 0x7F));
-    const auto last = hn::Set(d16, static_cast<uint16_t>(rows * 128 - 1));
-    const auto negative = hn::Set(d16, static_cast<uint16_t>(rows * 128));
-    const auto magnitude = hn::Set(d16, static_cast<uint16_t>(0x7FFF));
-    int64_t i = lo;
-    for (; i + N <= hi; i += N) {
-      if (prefetch) PrefetchElements<DType::kBFloat16>(x, i + (hi - lo), N);
-      const auto h = hn::LoadU(d16, x + i);
-      const auto j = hn::Min(hn::Sub(top, hn::And(h, magnitude)), last);
-      const auto sign = hn::BitCast(d16, hn::ShiftRight<15>(hn::BitCast(di16, h)));  // all ones when negative
-      hn::StoreU(hn::Add(j, hn::And(sign, negative)), d16, index + (i - lo));
-    }
-    for (; i < hi; ++i) index[i - lo] = static_cast<uint16_t>(Bf16Codes::Index(amax_bits, rows, x[i]));
-    blocks_[count_++] = Block{used_, hi - lo, table, out};
-    used_ += hi - lo;
+  // Takes elements [lo, hi) of x, a block with absmax `amax`, to be coded into out[0, hi - lo) by the block's table
+  // (finishing the run first when the block does not fit it); false, taking nothing, when the block must be
+  // searched instead: no tables (null `codes`), absmax 0 or not finite, or an absmax the tables do not serve.
+  // `prefetch`: bring in the next block meanwhile.
+  HWY_INLINE bool TryAdd(const Bf16Codes* codes, Bf16Codes::Fill fill, const uint16_t* x, int64_t lo, int64_t hi,
+                         float amax, bool prefetch, uint8_t* out) {
+    if (codes == nullptr || !std::isfinite(amax) || amax == 0.0f) return false;
+    const auto amax_bits = static_cast<uint16_t>(FloatToBits(amax) >> 16);
+    const uint8_t* table = codes->Table(amax_bits, fill);
+    if (table == nullptr) return false;
+    if (used_ + (hi - lo) > kMaxBlocksize) Finish();
+    Add(x, lo, hi, amax_bits, codes->rows(), table, prefetch, out);
+    return true;
   }
 
   HWY_INLINE void Finish() {
@@ -202,6 +191,30 @@ class Bf16TableRun {
     const uint8_t* table;
     uint8_t* out;
   };
+
+  HWY_INLINE void Add(const uint16_t* x, int64_t lo, int64_t hi, uint16_t amax_bits, int rows, const uint8_t* table,
+                      bool prefetch, uint8_t* out) {
+    const hn::ScalableTag<uint16_t> d16;
+    const hn::RebindToSigned<decltype(d16)> di16;
+    const int64_t N = static_cast<int64_t>(hn::Lanes(d16));
+    uint16_t* index = index_ + used_;
+    const auto top = hn::Set(d16, static_cast<uint16_t>(amax_bits | 0x7F));
+    const auto last = hn::Set(d16, static_cast<uint16_t>(rows * 128 - 1));
+    const auto negative = hn::Set(d16, static_cast<uint16_t>(rows * 128));
+    const auto magnitude = hn::Set(d16, static_cast<uint16_t>(0x7FFF));
+    int64_t i = lo;
+    for (; i + N <= hi; i += N) {
+      if (prefetch) PrefetchElements<DType::kBFloat16>(x, i + (hi - lo), N);
+      const auto h = hn::LoadU(d16, x + i);
+      const auto j = hn::Min(hn::Sub(top, hn::And(h, magnitude)), last);
+      const auto sign = hn::BitCast(d16, hn::ShiftRight<15>(hn::BitCast(di16, h)));  // all ones when negative
+      hn::StoreU(hn::Add(j, hn::And(sign, negative)), d16, index + (i - lo));
+    }
+    for (; i < hi; ++i) index[i - lo] = static_cast<uint16_t>(Bf16Codes::Index(amax_bits, rows, x[i]));
+    blocks_[count_++] = Block{used_, hi - lo, table, out};
+    used_ += hi - lo;
+  }
+
   HWY_ALIGN uint16_t index_[kMaxBlocksize];
   Block blocks_[kMaxBlocksize / kMinBlocksize];
   int count_ = 0;
