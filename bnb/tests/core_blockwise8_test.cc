@@ -2,6 +2,7 @@
 #include "bnb/core/blockwise8.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -182,10 +183,33 @@ TEST_P(EveryIsa, EveryBfloat16EqualsScalar) {
   }
 }
 
+// Every code under every kind of absmax (0, NaN, inf, finite), in every output type and blocksize, into an output
+// that starts off any vector boundary: 16-bit outputs of large blocks come from per-block tables of the 256 outputs.
+TEST_P(EveryIsa, EveryCodeDequantizesAsScalar) {
+  const PreparedCodebook cb = AwkwardCodebook();
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (int64_t bs = kMinBlocksize; bs <= kMaxBlocksize; bs *= 2) {
+      SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " blocksize " << bs);
+      const int64_t n = std::max<int64_t>(bs * 7, 2048) + 13;
+      std::mt19937 rng(static_cast<uint32_t>(bs));
+      std::vector<uint8_t> codes(n);
+      for (int64_t i = 0; i < n; ++i) codes[i] = static_cast<uint8_t>(i < 256 ? i : rng());
+      const Blockwise8Range r{n, bs, 0, NumBlocks(n, bs)};
+      std::vector<float> absmax = tests::TestAbsmax(std::max<int64_t>(r.block_end, 8), rng);
+      absmax[0] = 0.0f;
+      const int64_t bytes = n * DTypeSize(dtype);
+      std::vector<uint8_t> out(bytes + DTypeSize(dtype)), out_ref(bytes);
+      DequantizeBlockwise8(dtype, codes.data(), absmax.data(), cb, r, out.data() + DTypeSize(dtype));
+      DequantizeBlockwise8Scalar(dtype, codes.data(), absmax.data(), cb.values.data(), r, out_ref.data());
+      ExpectSameBits(dtype, std::vector<uint8_t>(out.begin() + DTypeSize(dtype), out.end()), out_ref, n);
+    }
+  }
+}
+
 // Outputs of 64 MB and more, 64-byte aligned, are written with streaming stores: still exactly the scalar values.
 TEST_P(EveryIsa, LargeAlignedOutputsEqualScalar) {
   const PreparedCodebook cb = DynamicCodebook();
-  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     const int64_t n = (int64_t{64} << 20) / DTypeSize(dtype) + 1000, bs = 4096;
     SCOPED_TRACE(DTypeName(dtype));
     std::vector<uint8_t> codes(n);
