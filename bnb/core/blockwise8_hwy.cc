@@ -130,10 +130,16 @@ struct SegmentFinish {
   }
 };
 
-// A lane's sign bit and its magnitude's bits, one ulp up for negative values (bits - (-1)): SegmentSearch's nudge,
+// A lane's sign bit, and its magnitude's bits one ulp up for negative values (bits - (-1)): SegmentSearch's nudge,
 // which settles ties at segment limits as NearestCode does.
-HWY_INLINE VI SignBit(VI bits) { return hn::And(bits, hn::Set(DI(), INT32_MIN)); }
-HWY_INLINE VI NudgedMagnitude(VI bits, VI sign) { return hn::Sub(hn::AndNot(sign, bits), hn::ShiftRight<31>(bits)); }
+struct SignAndMagnitude {
+  VI sign, m_bits;
+  explicit SignAndMagnitude(VF v) {
+    const VI bits = hn::BitCast(DI(), v);
+    sign = hn::And(bits, hn::Set(DI(), INT32_MIN));
+    m_bits = hn::Sub(hn::AndNot(sign, bits), hn::ShiftRight<31>(bits));
+  }
+};
 
 // Codes by SegmentSearch (codebook.h): compares against the segment limits, per-segment coefficients from
 // registers and a rounding; the rare vectors with a lane near a midpoint (0.3% of lanes for bfloat16 input, 0.01%
@@ -162,9 +168,7 @@ struct SegmentCoder {
   HWY_INLINE VI Codes(VF v, hn::Mask<DF>* flagged) const {
     const DF df;
     const DI di;
-    const auto bits = hn::BitCast(di, v);
-    const VI sign = SignBit(bits);
-    const VI m_bits = NudgedMagnitude(bits, sign);
+    const auto [sign, m_bits] = SignAndMagnitude(v);
     const VF m = hn::BitCast(df, m_bits);
     // Byte lookup by the exponent's low four bits; the other three bytes of each lane read as 0 (high bit set).
     const auto exponent = hn::Or(hn::ShiftRight<23>(m_bits), hn::Set(di, static_cast<int32_t>(0x80808000u)));
@@ -237,9 +241,7 @@ struct TopSegmentCoder {
   HWY_INLINE VI Codes(VF v, hn::Mask<DF>* flagged) const {
     const DF df;
     const DI di;
-    const auto bits = hn::BitCast(di, v);
-    const VI sign = SignBit(bits);
-    const VI m_bits = NudgedMagnitude(bits, sign);
+    const auto [sign, m_bits] = SignAndMagnitude(v);
     const VI index = hn::Add(hn::Add(hn::VecFromMask(di, hn::Gt(m_bits, limit1)),
                                      hn::VecFromMask(di, hn::Gt(m_bits, limit2))),
                              hn::VecFromMask(di, hn::Gt(m_bits, limit3)));
