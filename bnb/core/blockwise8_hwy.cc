@@ -196,8 +196,9 @@ struct SegmentCoder {
 // (vpermps: 1.3 cycles each on Zen 3 against 0.5, and two of them in series). Vectors with a lane below the four
 // segments (zero among them) or near a midpoint are stored again by SegmentCoder. One thread, float32, normal
 // data, blocksize 4096, ns per element on Zen 3 in cache / from memory: 0.69 / 0.70 -> 0.55 / 0.65 (2 threads,
-// 64M elements: 23.6 -> 23.3 ms; the coding pass takes 0.49 ns per element with its codes written to L2, 0.60
-// with them written to memory, and neither streaming stores nor prefetching the codes' lines helped). On the 4-lane
+// 64M elements: 23.6 -> 23.3 ms: there the coding pass takes 0.60 ns per element against 0.49 with the input in
+// L2, though the absmax pass has just brought each block in; streaming stores or an L1 buffer for the codes,
+// prefetching their lines, and other prefetch hints or distances for the input left that unchanged). On the 4-lane
 // targets the lookups cost more (index conversion, Round emulated on SSSE3) than BucketCoder's emulated gather:
 // SSE4 0.95 -> 1.29, SSSE3 1.19 -> 1.81.
 struct TopSegmentCoder {
