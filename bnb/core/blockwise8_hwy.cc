@@ -444,6 +444,19 @@ void DequantizeBlocksByTable(const uint8_t* codes, const float* absmax, const Pr
     const int64_t lo = b * r.blocksize;
     const int64_t hi = std::min(lo + r.blocksize, r.n);
     int64_t i = lo;
+    for (; i + 4 * N <= hi; i += 4 * N) {
+      const auto v0 = LowHalves(hn::BitCast(du32, LookupLanes(entries, codes + i)),
+                                hn::BitCast(du32, LookupLanes(entries, codes + i + N)));
+      const auto v1 = LowHalves(hn::BitCast(du32, LookupLanes(entries, codes + i + 2 * N)),
+                                hn::BitCast(du32, LookupLanes(entries, codes + i + 3 * N)));
+      if constexpr (kStream) {
+        hn::Stream(v0, d16, o + i);
+        hn::Stream(v1, d16, o + i + 2 * N);
+      } else {
+        hn::StoreU(v0, d16, o + i);
+        hn::StoreU(v1, d16, o + i + 2 * N);
+      }
+    }
     for (; i + 2 * N <= hi; i += 2 * N) {
       const auto v = LowHalves(hn::BitCast(du32, LookupLanes(entries, codes + i)),
                                hn::BitCast(du32, LookupLanes(entries, codes + i + N)));
