@@ -406,8 +406,8 @@ void DequantizeBlocks(const uint8_t* codes, const float* absmax, const PreparedC
 // 16-bit outputs of blocks of at least kOutputTableFrom elements, on the LookupLanes targets: the block's 256
 // possible outputs are computed once, by StoreF32 (so bit for bit what the per-element path writes, rounding and
 // NaN included), and each element is then one table entry, without a multiply or a rounding of its own. One
-// thread, 2^24 elements from memory, blocksize 4096, bfloat16 output, ns per element on Zen 3: AVX2 0.32 -> 0.27,
-// SSE4 0.34 -> 0.26, SSSE3 0.46 -> 0.29; 64M elements on 2 threads 10.8 -> 9.0 ms. Below 1024 the table's 256
+// thread, 2^24 elements from memory, blocksize 4096, bfloat16 output, ns per element on Zen 3: AVX2 0.32 -> 0.26,
+// SSE4 0.34 -> 0.25, SSSE3 0.46 -> 0.27; 64M elements on 2 threads 10.8 -> 9.1-9.7 ms. Below 1024 the table's 256
 // entries cost more than they save (at 512 the two ways are even).
 inline constexpr int64_t kOutputTableFrom = 1024;
 
