@@ -197,12 +197,10 @@ struct SegmentCoder {
 // come from in-block 4-entry lookups (vpermilps) instead of SegmentCoder's binade lookup followed by 8-entry ones
 // (vpermps: 1.3 cycles each on Zen 3 against 0.5, and two of them in series). Vectors with a lane below the four
 // segments (zero among them) or near a midpoint are stored again by SegmentCoder. One thread, float32, normal
-// data, blocksize 4096, ns per element on Zen 3 in cache / from memory: 0.69 / 0.70 -> 0.55 / 0.65 (2 threads,
-// 64M elements: 23.6 -> 23.3 ms: there the coding pass takes 0.60 ns per element against 0.49 with the input in
-// L2, though the absmax pass has just brought each block in; streaming stores or an L1 buffer for the codes,
-// prefetching their lines, and other prefetch hints or distances for the input left that unchanged). On the 4-lane
-// targets the lookups cost more (index conversion, Round emulated on SSSE3) than BucketCoder's emulated gather:
-// SSE4 0.95 -> 1.29, SSSE3 1.19 -> 1.81.
+// data, blocksize 4096, ns per element on Zen 3 in cache / from memory: 0.69 / 0.70 -> 0.55 / 0.65, and with
+// PendingRedo 0.56 / 0.59 (2 threads, 64M elements: 23.6 -> 23.3 -> 18.9 ms). On the 4-lane targets the lookups
+// cost more (index conversion, Round emulated on SSSE3) than BucketCoder's emulated gather: SSE4 0.95 -> 1.29,
+// SSSE3 1.19 -> 1.81.
 struct TopSegmentCoder {
   const PreparedCodebook& cb;
   SegmentCoder exact;
@@ -270,7 +268,8 @@ struct TopSegmentCoder {
 
 // The groups of four vectors of a block that a coder flagged, recorded without a branch and stored again after the
 // block. TopSegmentCoder flags 11% of groups of normal data (a lane below its four segments in 0.3% of lanes);
-// a branch per group, taken that often, mispredicts: 0.64 -> 0.55 ns per element from memory, one thread.
+// a branch per group, taken that often, mispredicts, and with memory busy each flush costs far more than the redo:
+// float32, 64M elements, 2 threads 22.2 -> 18.9 ms; one thread from memory 0.64 -> 0.59 ns per element.
 class PendingRedo {
  public:
   HWY_INLINE void Add(int64_t i, uint32_t lanes) {
