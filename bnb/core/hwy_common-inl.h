@@ -178,23 +178,38 @@ class Bf16TableRun {
       int64_t k = 0;
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4
       for (; k + 16 <= n; k += 16) {
+#if HWY_TARGET == HWY_AVX2
+        // Indices four to a 64-bit load, split in general registers (BMI2's shifts): 8-bit AVX2 0.34 -> 0.31 ns
+        // per element in cache; SSE4 (no BMI2) measured slower this way.
+        uint64_t w0, w1, w2, w3;
+        std::memcpy(&w0, index + k, 8);
+        std::memcpy(&w1, index + k + 4, 8);
+        std::memcpy(&w2, index + k + 8, 8);
+        std::memcpy(&w3, index + k + 12, 8);
+        const auto at = [&](int j) {
+          const uint64_t w = j < 4 ? w0 : j < 8 ? w1 : j < 12 ? w2 : w3;
+          return table[(w >> (16 * (j % 4))) & 0xFFFF];
+        };
+#else
         const uint16_t* ix = index + k;
-        __m128i v = _mm_cvtsi32_si128(table[ix[0]]);
-        v = _mm_insert_epi8(v, table[ix[1]], 1);
-        v = _mm_insert_epi8(v, table[ix[2]], 2);
-        v = _mm_insert_epi8(v, table[ix[3]], 3);
-        v = _mm_insert_epi8(v, table[ix[4]], 4);
-        v = _mm_insert_epi8(v, table[ix[5]], 5);
-        v = _mm_insert_epi8(v, table[ix[6]], 6);
-        v = _mm_insert_epi8(v, table[ix[7]], 7);
-        v = _mm_insert_epi8(v, table[ix[8]], 8);
-        v = _mm_insert_epi8(v, table[ix[9]], 9);
-        v = _mm_insert_epi8(v, table[ix[10]], 10);
-        v = _mm_insert_epi8(v, table[ix[11]], 11);
-        v = _mm_insert_epi8(v, table[ix[12]], 12);
-        v = _mm_insert_epi8(v, table[ix[13]], 13);
-        v = _mm_insert_epi8(v, table[ix[14]], 14);
-        v = _mm_insert_epi8(v, table[ix[15]], 15);
+        const auto at = [ix, table](int j) { return table[ix[j]]; };
+#endif
+        __m128i v = _mm_cvtsi32_si128(at(0));
+        v = _mm_insert_epi8(v, at(1), 1);
+        v = _mm_insert_epi8(v, at(2), 2);
+        v = _mm_insert_epi8(v, at(3), 3);
+        v = _mm_insert_epi8(v, at(4), 4);
+        v = _mm_insert_epi8(v, at(5), 5);
+        v = _mm_insert_epi8(v, at(6), 6);
+        v = _mm_insert_epi8(v, at(7), 7);
+        v = _mm_insert_epi8(v, at(8), 8);
+        v = _mm_insert_epi8(v, at(9), 9);
+        v = _mm_insert_epi8(v, at(10), 10);
+        v = _mm_insert_epi8(v, at(11), 11);
+        v = _mm_insert_epi8(v, at(12), 12);
+        v = _mm_insert_epi8(v, at(13), 13);
+        v = _mm_insert_epi8(v, at(14), 14);
+        v = _mm_insert_epi8(v, at(15), 15);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), v);
       }
 #endif
