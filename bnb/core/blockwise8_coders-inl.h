@@ -268,10 +268,13 @@ struct TopSegmentCoder {
   }
 };
 
-// The groups of four vectors of a block that a coder flagged, recorded without a branch and stored again after the
-// block. TopSegmentCoder flags 11% of groups of normal data (a lane below its four segments in 0.3% of lanes);
-// a branch per group, taken that often, mispredicts, and with memory busy each flush costs far more than the redo:
-// float32, 64M elements, 2 threads 22.2 -> 18.9 ms; one thread from memory 0.64 -> 0.59 ns per element.
+#endif  // HWY_TARGET == HWY_AVX2
+
+// The groups of four vectors of a block that a coder flagged (those with kDefersRedo return their flagged lanes
+// from StoreFlagged4, a byte per vector), recorded without a branch and stored again after the block.
+// TopSegmentCoder flags 11% of groups of normal data (a lane below its four segments in 0.3% of lanes); a branch
+// per group, taken that often, mispredicts, and with memory busy each flush costs far more than the redo: float32,
+// 64M elements, 2 threads 22.2 -> 18.9 ms; one thread from memory 0.64 -> 0.59 ns per element.
 class PendingRedo {
  public:
   HWY_INLINE void Add(int64_t i, uint32_t lanes) {
@@ -298,7 +301,6 @@ class PendingRedo {
   Entry entries_[kMaxBlocksize / (4 * kN)];
   int count_ = 0;
 };
-#endif  // HWY_TARGET == HWY_AVX2
 
 }  // namespace HWY_NAMESPACE
 }  // namespace bnb::core

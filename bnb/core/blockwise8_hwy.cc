@@ -52,7 +52,6 @@ void QuantizeBlocks(const void* x, const Coder& coder, const Blockwise8Range& r,
       const bool prefetch = b + 1 < r.block_end;
       const auto scaled = [&](int64_t j) { return hn::Div(LoadF32<kT>(x, j), vscale); };
       if constexpr (Coder::kDefersRedo) {
-#if HWY_TARGET == HWY_AVX2
         PendingRedo pending;
         for (; i < vec4_end; i += 4 * N) {
           if (prefetch) PrefetchElements<kT>(x, i + r.blocksize, 4 * N);
@@ -60,7 +59,6 @@ void QuantizeBlocks(const void* x, const Coder& coder, const Blockwise8Range& r,
                                              codes + i));
         }
         pending.Drain([&](int64_t j) { coder.exact.Store(scaled(j), codes + j); });
-#endif
       } else {
         for (; i < vec4_end; i += 4 * N) {
           if (prefetch) PrefetchElements<kT>(x, i + r.blocksize, 4 * N);
@@ -217,29 +215,22 @@ void DequantizeBlocksByTable(const uint8_t* codes, const float* absmax, const Pr
     }
     const int64_t lo = b * r.blocksize;
     const int64_t hi = std::min(lo + r.blocksize, r.n);
+    // Outputs [j, j + 2N): two lookups, one 16-bit vector.
+    const auto store2 = [&](int64_t j) {
+      const auto v = LowHalves(hn::BitCast(du32, LookupLanes(entries, codes + j)),
+                               hn::BitCast(du32, LookupLanes(entries, codes + j + N)));
+      if constexpr (kStream) {
+        hn::Stream(v, d16, o + j);
+      } else {
+        hn::StoreU(v, d16, o + j);
+      }
+    };
     int64_t i = lo;
-    for (; i + 4 * N <= hi; i += 4 * N) {
-      const auto v0 = LowHalves(hn::BitCast(du32, LookupLanes(entries, codes + i)),
-                                hn::BitCast(du32, LookupLanes(entries, codes + i + N)));
-      const auto v1 = LowHalves(hn::BitCast(du32, LookupLanes(entries, codes + i + 2 * N)),
-                                hn::BitCast(du32, LookupLanes(entries, codes + i + 3 * N)));
-      if constexpr (kStream) {
-        hn::Stream(v0, d16, o + i);
-        hn::Stream(v1, d16, o + i + 2 * N);
-      } else {
-        hn::StoreU(v0, d16, o + i);
-        hn::StoreU(v1, d16, o + i + 2 * N);
-      }
+    for (; i + 4 * N <= hi; i += 4 * N) {  // two per step: half the loop overhead
+      store2(i);
+      store2(i + 2 * N);
     }
-    for (; i + 2 * N <= hi; i += 2 * N) {
-      const auto v = LowHalves(hn::BitCast(du32, LookupLanes(entries, codes + i)),
-                               hn::BitCast(du32, LookupLanes(entries, codes + i + N)));
-      if constexpr (kStream) {
-        hn::Stream(v, d16, o + i);
-      } else {
-        hn::StoreU(v, d16, o + i);
-      }
-    }
+    for (; i + 2 * N <= hi; i += 2 * N) store2(i);
     for (; i < hi; ++i) o[i] = outputs[codes[i]];
   }
 }
