@@ -65,6 +65,21 @@ std::vector<float> TestData(int64_t n, uint32_t seed, bool specials) {
   return v;
 }
 
+// The codes and absmax of x (n elements of `dtype`, blocks of bs) by the dispatched kernel and by the scalar
+// definition.
+struct BothQuantized {
+  Blockwise8Range r;
+  std::vector<uint8_t> codes, codes_ref;
+  std::vector<float> absmax, absmax_ref;
+};
+BothQuantized QuantizeBoth(DType dtype, const void* x, int64_t n, int64_t bs, const PreparedCodebook& cb) {
+  BothQuantized q{Blockwise8Range{n, bs, 0, NumBlocks(n, bs)}, std::vector<uint8_t>(n), std::vector<uint8_t>(n),
+                  std::vector<float>(NumBlocks(n, bs)), std::vector<float>(NumBlocks(n, bs))};
+  QuantizeBlockwise8(dtype, x, cb, q.r, q.codes.data(), q.absmax.data());
+  QuantizeBlockwise8Scalar(dtype, x, cb, q.r, q.codes_ref.data(), q.absmax_ref.data());
+  return q;
+}
+
 TEST_P(EveryIsa, DispatchFollowsTheCap) { EXPECT_EQ(ActiveIsa(), GetParam()); }
 
 TEST_P(EveryIsa, EqualsScalarExactly) {
@@ -74,17 +89,15 @@ TEST_P(EveryIsa, EqualsScalarExactly) {
       for (int64_t n : {int64_t{1}, int64_t{31}, bs * 3 + 17, int64_t{10007}}) {
         SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " blocksize " << bs << " n " << n);
         const auto x = Encode(dtype, TestData(n, static_cast<uint32_t>(n + bs), /*specials=*/true));
-        const Blockwise8Range r{n, bs, 0, NumBlocks(n, bs)};
-        std::vector<uint8_t> codes(n), codes_ref(n);
-        std::vector<float> absmax(r.block_end), absmax_ref(r.block_end);
-        QuantizeBlockwise8(dtype, x.data(), cb, r, codes.data(), absmax.data());
-        QuantizeBlockwise8Scalar(dtype, x.data(), cb, r, codes_ref.data(), absmax_ref.data());
-        ASSERT_EQ(codes, codes_ref);
-        for (int64_t b = 0; b < r.block_end; ++b) ASSERT_EQ(FloatToBits(absmax[b]), FloatToBits(absmax_ref[b])) << b;
+        const BothQuantized q = QuantizeBoth(dtype, x.data(), n, bs, cb);
+        ASSERT_EQ(q.codes, q.codes_ref);
+        for (int64_t b = 0; b < q.r.block_end; ++b) {
+          ASSERT_EQ(FloatToBits(q.absmax[b]), FloatToBits(q.absmax_ref[b])) << b;
+        }
 
         std::vector<uint8_t> out(n * DTypeSize(dtype)), out_ref(n * DTypeSize(dtype));
-        DequantizeBlockwise8(dtype, codes.data(), absmax.data(), cb, r, out.data());
-        DequantizeBlockwise8Scalar(dtype, codes.data(), absmax.data(), cb.values.data(), r, out_ref.data());
+        DequantizeBlockwise8(dtype, q.codes.data(), q.absmax.data(), cb, q.r, out.data());
+        DequantizeBlockwise8Scalar(dtype, q.codes.data(), q.absmax.data(), cb.values.data(), q.r, out_ref.data());
         ExpectSameBits(dtype, out, out_ref, n);
       }
     }
@@ -151,13 +164,9 @@ TEST_P(EveryIsa, HardValuesEqualScalarExactly) {
       x.push_back(hard[i]);
     }
     const int64_t n = static_cast<int64_t>(x.size());
-    const Blockwise8Range r{n, bs, 0, NumBlocks(n, bs)};
-    std::vector<uint8_t> codes(n), codes_ref(n);
-    std::vector<float> absmax(r.block_end), absmax_ref(r.block_end);
-    QuantizeBlockwise8(DType::kFloat32, x.data(), cb, r, codes.data(), absmax.data());
-    QuantizeBlockwise8Scalar(DType::kFloat32, x.data(), cb, r, codes_ref.data(), absmax_ref.data());
+    const BothQuantized q = QuantizeBoth(DType::kFloat32, x.data(), n, bs, cb);
     for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(codes[i], codes_ref[i]) << "x = " << x[i] << " (bits " << std::hex << FloatToBits(x[i]) << ")";
+      ASSERT_EQ(q.codes[i], q.codes_ref[i]) << "x = " << x[i] << " (bits " << std::hex << FloatToBits(x[i]) << ")";
     }
   }
 }
@@ -173,12 +182,8 @@ TEST_P(EveryIsa, EveryBfloat16EqualsScalar) {
       const int64_t bs = 4096;
       const std::vector<uint16_t> x = tests::EveryBf16UpTo(a, bs);
       const int64_t n = static_cast<int64_t>(x.size());
-      const Blockwise8Range r{n, bs, 0, NumBlocks(n, bs)};
-      std::vector<uint8_t> codes(n), codes_ref(n);
-      std::vector<float> absmax(r.block_end), absmax_ref(r.block_end);
-      QuantizeBlockwise8(DType::kBFloat16, x.data(), cb, r, codes.data(), absmax.data());
-      QuantizeBlockwise8Scalar(DType::kBFloat16, x.data(), cb, r, codes_ref.data(), absmax_ref.data());
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(codes[i], codes_ref[i]) << "x bits " << std::hex << x[i];
+      const BothQuantized q = QuantizeBoth(DType::kBFloat16, x.data(), n, bs, cb);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(q.codes[i], q.codes_ref[i]) << "x bits " << std::hex << x[i];
     }
   }
 }
