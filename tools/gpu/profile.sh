@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Nsight Compute profile of bnb's CUDA kernels on the GPU machine, after tools/gpu/build.sh has staged bnb there:
+# speed of light, memory, occupancy and warp stall reasons for one launch of each kernel (tools/gpu/profile_ops.py).
+# The card's clocks are left as they are (--clock-control none). Full report to $1 (default /tmp/bnb-gpu/ncu.txt);
+# prints the headline rows.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+work=${BNB_GPU_WORK:-/tmp/bnb-gpu}
+report=${1:-$work/ncu.txt}
+export PYTHONPATH=$work/stage LD_LIBRARY_PATH=$work/prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+ncu --clock-control none -k 'regex:quantize|gemv' \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+    --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+    ${PYTHON:-python3} tools/gpu/profile_ops.py >"$report" 2>&1
+grep -E '^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Shared Memory Configuration Size|Warp Cycles Per Issued|Issue Slots Busy|Eligible Warps|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Block Limit' "$report" || tail -40 "$report"
