@@ -11,56 +11,25 @@ in the cache (an 8192x8192 NF4 weight, 36 MB with its absmax, would otherwise st
 """
 
 import itertools
-import time
 
 import torch
+
+import gpu_timing
 
 N = 256 * 1024 * 1024
 REPEAT = 50
 
 
 def graph_us(fn):
-    """GPU time per call, from a CUDA graph holding REPEAT calls."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()  # warm-up: compiles and loads the kernel outside the capture
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(REPEAT):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / REPEAT
+    return gpu_timing.graph_us(fn, REPEAT)
 
 
 def events_us(fn):
-    """GPU time per call of back-to-back launches, timed with CUDA events."""
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(REPEAT):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / REPEAT
+    return gpu_timing.events_us(fn, REPEAT)
 
 
 def eager_us(fn):
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(REPEAT):
-        fn()
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t0) * 1e6 / REPEAT
+    return gpu_timing.eager_us(fn, REPEAT)
 
 
 def main():

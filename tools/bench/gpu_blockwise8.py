@@ -11,9 +11,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
+
+import gpu_timing
 
 N = 256 * 1024 * 1024
 BLOCKSIZE = 4096
@@ -21,24 +22,11 @@ REPEAT = 20
 
 
 def gpu_ms(fn):
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(REPEAT):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / REPEAT
+    return gpu_timing.events_us(fn, REPEAT) / 1e3
 
 
 def eager_ms(fn):
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(REPEAT):
-        fn()
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / REPEAT * 1e3
+    return gpu_timing.eager_us(fn, REPEAT) / 1e3
 
 
 def jit_costs():
