@@ -37,7 +37,8 @@ version=$(sed -n 's/^BNB_VERSION = "\(.*\)"/\1/p' version.bzl)
 echo "__version__ = \"$version\"" > "$stage/bnb/_version.py"
 export PYTHONPATH=$stage
 export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-$python -c "import bnb, torch; print('[gpu] bnb', bnb.__version__, 'from', bnb.__file__, '| cuda:', torch.cuda.is_available())"
+$python -c "import bnb, torch; print('[gpu] bnb', bnb.__version__, 'from', bnb.__file__, '| cuda:',
+                                   torch.cuda.is_available())"
 
 if [[ $what == gtest || $what == bench || $what == all ]]; then
   t0=$(date +%s)

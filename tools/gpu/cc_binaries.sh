@@ -26,7 +26,8 @@ done
 version=$(sed -n 's/^BNB_VERSION = "\(.*\)"/\1/p' version.bzl)
 flags=(-O2 -std=c++17 -fPIC -falign-loops=64 -D_GLIBCXX_USE_CXX11_ABI=1 -DHWY_SHARED_DEFINE -DTOML_HEADER_ONLY=0
        -DTOML_SHARED_LIB=1 "-DBNB_VERSION=\"$version\"" -I. -I"$host" -I"$prefix/usr/include")
-lib_srcs=($(grep -E '^bnb/(core|jit)/.*\.cc$' tools/gpu/sources.txt) bnb/jit/fake_compiler.cc "$gen/kernels_embedded.cc")
+lib_srcs=($(grep -E '^bnb/(core|jit)/.*\.cc$' tools/gpu/sources.txt))
+lib_srcs+=(bnb/jit/fake_compiler.cc "$gen/kernels_embedded.cc")
 object() { echo "$obj/$(echo "$1" | tr / _).o"; }
 mains=(bnb/tests/*_test.cc tools/bench/core_*_bench.cc)
 pids=()

@@ -6,5 +6,6 @@ cd "$(dirname "$0")/../.."
 mkdir -p .gpu-deps
 mkdir -p .git/info && { grep -qx '/.gpu-deps/' .git/info/exclude 2>/dev/null || echo '/.gpu-deps/' >> .git/info/exclude; }
 cd .gpu-deps
-apt-get download -o APT::Sandbox::User=root libabsl-dev libabsl20220623 libhwy-dev libhwy1 libtomlplusplus-dev libtomlplusplus3 libgtest-dev >/dev/null
+apt-get download -o APT::Sandbox::User=root libabsl-dev libabsl20220623 libhwy-dev libhwy1 libtomlplusplus-dev \
+  libtomlplusplus3 libgtest-dev >/dev/null
 ls -1

@@ -12,4 +12,7 @@ ncu --clock-control none -k 'regex:quantize|gemv' \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
     --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
     ${PYTHON:-python3} tools/gpu/profile_ops.py >"$report" 2>&1
-grep -E '^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Shared Memory Configuration Size|Warp Cycles Per Issued|Issue Slots Busy|Eligible Warps|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Block Limit' "$report" || tail -40 "$report"
+headline='^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy'
+headline+='|Registers Per|Shared Memory Configuration Size|Warp Cycles Per Issued|Issue Slots Busy|Eligible Warps'
+headline+='|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Block Limit|Est\. Speedup'
+grep -E "$headline" "$report" || tail -40 "$report"
