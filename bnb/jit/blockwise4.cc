@@ -90,9 +90,10 @@ std::vector<KernelSpec> AllBlockwise4Specs(const std::string& arch) {
   return out;
 }
 
-Dim3 Blockwise4Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device) {
+Dim3 Blockwise4Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device,
+                    int ctas_per_sm) {
   if (threads == 0) threads = kDefaultBlockwise4Threads;
-  return BlockTileGrid(n, blocksize, threads, PerThread(blocksize, threads, dtype), device);
+  return BlockTileGrid(n, blocksize, threads, PerThread(blocksize, threads, dtype), device, ctas_per_sm);
 }
 
 absl::StatusOr<Dim3> Gemv4Grid(int64_t N, int threads, int rows) {

@@ -37,8 +37,10 @@ absl::StatusOr<KernelSpec> Gemv4Spec(core::DType dtype, int threads, int rows, c
 // default shapes (for cache warm and the NVRTC test).
 std::vector<KernelSpec> AllBlockwise4Specs(const std::string& arch);
 
-// Grid for n elements: one CTA per tile of quant blocks, at most as many as fit on the device at once.
-Dim3 Blockwise4Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device);
+// Grid for n elements: one CTA per tile of quant blocks, at most as many as the device holds at once when each
+// multiprocessor holds `ctas_per_sm` of them (ResidentCtasPerSm).
+Dim3 Blockwise4Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device,
+                    int ctas_per_sm);
 // Grid for N rows: one CTA per threads / 32 * rows rows. Fails past the grid limit.
 absl::StatusOr<Dim3> Gemv4Grid(int64_t N, int threads, int rows);
 

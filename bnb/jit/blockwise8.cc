@@ -62,9 +62,10 @@ std::vector<KernelSpec> AllBlockwise8Specs(const std::string& arch, int threads)
   return out;
 }
 
-Dim3 Blockwise8Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device) {
+Dim3 Blockwise8Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device,
+                    int ctas_per_sm) {
   if (threads == 0) threads = kDefaultBlockwise8Threads;
-  return BlockTileGrid(n, blocksize, threads, PerThread(blocksize, threads, dtype), device);
+  return BlockTileGrid(n, blocksize, threads, PerThread(blocksize, threads, dtype), device, ctas_per_sm);
 }
 
 absl::Status LaunchQuantizeBlockwise8(KernelCache& cache, int device, core::DType dtype, const void* x,

@@ -36,8 +36,10 @@ inline constexpr int64_t kQuantizeBlockwise8ScratchBytes = 22784;
 // NVRTC test).
 std::vector<KernelSpec> AllBlockwise8Specs(const std::string& arch, int threads = 0);
 
-// Grid for n elements: one CTA per tile of quant blocks, at most as many as fit on the device at once.
-Dim3 Blockwise8Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device);
+// Grid for n elements: one CTA per tile of quant blocks, at most as many as the device holds at once when each
+// multiprocessor holds `ctas_per_sm` of them (ResidentCtasPerSm).
+Dim3 Blockwise8Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device,
+                    int ctas_per_sm);
 
 // Get (compile or load) and launch. x, out: n elements of dtype; codes: n bytes; absmax: NumBlocks floats;
 // code: the 256-entry codebook (finite floats); scratch: kQuantizeBlockwise8ScratchBytes, 16-byte aligned, free

@@ -72,6 +72,7 @@ absl::StatusOr<CudaDriver> OpenDriver() {
   Sym(lib, "cuFuncSetAttribute", &d.cuFuncSetAttribute, &missing);
   Sym(lib, "cuLaunchKernel", &d.cuLaunchKernel, &missing);
   Sym(lib, "cuGetErrorString", &d.cuGetErrorString, &missing);
+  Sym(lib, "cuOccupancyMaxActiveBlocksPerMultiprocessor", &d.cuOccupancyMaxActiveBlocksPerMultiprocessor, &missing);
   Sym(lib, "cuMemAlloc_v2", &d.cuMemAlloc, &missing);
   Sym(lib, "cuMemFree_v2", &d.cuMemFree, &missing);
   Sym(lib, "cuMemcpyHtoD_v2", &d.cuMemcpyHtoD, &missing);

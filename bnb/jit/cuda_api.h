@@ -26,7 +26,6 @@ using nvrtcProgram = struct _nvrtcProgram*;
 inline constexpr int kCuDevAttrMultiprocessorCount = 16;
 inline constexpr int kCuDevAttrComputeCapabilityMajor = 75;
 inline constexpr int kCuDevAttrComputeCapabilityMinor = 76;
-inline constexpr int kCuDevAttrMaxThreadsPerMultiprocessor = 39;
 // CUfunction_attribute
 inline constexpr int kCuFuncAttrMaxDynamicSharedSizeBytes = 8;
 
@@ -48,6 +47,8 @@ struct CudaDriver {
   CUresult (*cuLaunchKernel)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                              unsigned bz, unsigned shared_bytes, CUstream stream, void** params, void** extra);
   CUresult (*cuGetErrorString)(CUresult error, const char** str);
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int* blocks, CUfunction f, int block_size,
+                                                          size_t dynamic_shared_bytes);
   // For tests and tools that run a kernel without torch.
   CUresult (*cuMemAlloc)(CUdeviceptr* ptr, size_t bytes);
   CUresult (*cuMemFree)(CUdeviceptr ptr);

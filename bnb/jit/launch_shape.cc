@@ -15,12 +15,12 @@ absl::Status CheckThreadsPerBlock(const char* what, int threads) {
   return absl::OkStatus();
 }
 
-Dim3 BlockTileGrid(int64_t n, int64_t blocksize, int threads, int64_t per_thread, const DeviceInfo& device) {
+Dim3 BlockTileGrid(int64_t n, int64_t blocksize, int threads, int64_t per_thread, const DeviceInfo& device,
+                   int ctas_per_sm) {
   const int64_t per_block_threads = blocksize / per_thread;
   const int64_t blocks_per_tile = threads / per_block_threads;
   const int64_t tiles = (core::NumBlocks(n, blocksize) + blocks_per_tile - 1) / blocks_per_tile;
-  const int64_t resident =
-      int64_t{std::max(device.sm_count, 1)} * std::max(device.max_threads_per_sm / threads, 1);
+  const int64_t resident = int64_t{std::max(device.sm_count, 1)} * std::max(ctas_per_sm, 1);
   Dim3 g;
   g.x = static_cast<unsigned>(std::max<int64_t>(1, std::min(tiles, resident)));
   return g;
@@ -32,9 +32,11 @@ absl::Status LaunchOverBlockTiles(KernelCache& cache, int device, const KernelSp
   if (!info.ok()) return info.status();
   absl::StatusOr<LoadedKernel> k = cache.GetKernel(spec, device);
   if (!k.ok()) return k.status();
+  absl::StatusOr<int> per_sm = ResidentCtasPerSm(*k, threads);
+  if (!per_sm.ok()) return per_sm.status();
   Dim3 block;
   block.x = static_cast<unsigned>(threads);
-  return LaunchKernel(*k, BlockTileGrid(n, blocksize, threads, per_thread, *info), block, 0, stream, args);
+  return LaunchKernel(*k, BlockTileGrid(n, blocksize, threads, per_thread, *info, *per_sm), block, 0, stream, args);
 }
 
 }  // namespace bnb::jit

@@ -1,7 +1,9 @@
 #include "bnb/jit/launcher.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -30,8 +32,7 @@ absl::StatusOr<DeviceInfo> GetDeviceInfo(int device) {
   int major = 0, minor = 0;
   for (auto [attr, out] : {std::pair<int, int*>{kCuDevAttrComputeCapabilityMajor, &major},
                            {kCuDevAttrComputeCapabilityMinor, &minor},
-                           {kCuDevAttrMultiprocessorCount, &info.sm_count},
-                           {kCuDevAttrMaxThreadsPerMultiprocessor, &info.max_threads_per_sm}}) {
+                           {kCuDevAttrMultiprocessorCount, &info.sm_count}}) {
     if (absl::Status st = CuCheck(d, d.cuDeviceGetAttribute(out, attr, dev),
                                   absl::StrCat("cuDeviceGetAttribute(", attr, ") on device ", device));
         !st.ok()) {
@@ -109,6 +110,27 @@ absl::StatusOr<LoadedKernel> LoadKernel(const Binary& binary, int device) {
     return st;
   }
   return k;
+}
+
+absl::StatusOr<int> ResidentCtasPerSm(const LoadedKernel& kernel, int threads) {
+  static std::mutex mu;
+  static auto* cache = new std::map<std::pair<CUfunction, int>, int>;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache->find({kernel.function, threads}); it != cache->end()) return it->second;
+  absl::StatusOr<const CudaDriver*> ds = GetCudaDriver();
+  if (!ds.ok()) return ds.status();
+  const CudaDriver& d = **ds;
+  ScopedContext scope(d, kernel.context);
+  int blocks = 0;
+  const CUresult r = d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel.function, threads, 0);
+  if (absl::Status st = CuCheck(d, r, absl::StrCat("cuOccupancyMaxActiveBlocksPerMultiprocessor(block ", threads,
+                                                   ") on device ", kernel.device));
+      !st.ok()) {
+    return st;
+  }
+  blocks = std::max(blocks, 1);
+  (*cache)[{kernel.function, threads}] = blocks;
+  return blocks;
 }
 
 absl::Status LaunchKernel(const LoadedKernel& kernel, Dim3 grid, Dim3 block, unsigned shared_bytes, void* stream,

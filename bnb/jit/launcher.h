@@ -17,7 +17,6 @@ struct DeviceInfo {
   int device = 0;
   int arch = 0;                 // 10 * major + minor compute capability, e.g. 90
   int sm_count = 0;             // multiprocessors
-  int max_threads_per_sm = 0;
   std::string ArchName() const;  // "sm_90"
 };
 
@@ -37,6 +36,10 @@ struct LoadedKernel {
 // cuModuleLoadData(binary.image) in the device's primary context, then cuModuleGetFunction(lowered_name).
 // The module stays loaded for the life of the process.
 absl::StatusOr<LoadedKernel> LoadKernel(const Binary& binary, int device);
+
+// How many CTAs of `threads` threads of `kernel` one multiprocessor holds at once (its registers and static shared
+// memory decide; cuOccupancyMaxActiveBlocksPerMultiprocessor), at least 1. Cached per kernel and block size.
+absl::StatusOr<int> ResidentCtasPerSm(const LoadedKernel& kernel, int threads);
 
 // cuLaunchKernel on `stream` (a CUstream / cudaStream_t as void*, e.g. c10::Stream::native_handle(); null is the
 // legacy default stream). `args` holds one pointer per kernel parameter, pointing at its value. Makes the

@@ -177,11 +177,13 @@ TEST(Blockwise8Spec, ArgsAndErrors) {
   EXPECT_EQ(AllBlockwise8Specs("sm_90").front().NameExpression(), "prepare_codebook8<256>");
   DeviceInfo h100;
   h100.sm_count = 132;
-  h100.max_threads_per_sm = 2048;
   // 1M bf16 at blocksize 64: 8 elements per thread, 8 threads per block, 32 blocks per 256-thread tile.
-  EXPECT_EQ(Blockwise8Grid(1 << 20, 64, 256, core::DType::kBFloat16, h100).x, (1u << 20) / 64 / 32);
-  EXPECT_EQ(Blockwise8Grid(int64_t{1} << 28, 4096, 256, core::DType::kBFloat16, h100).x, 132u * 8u);
-  EXPECT_EQ(Blockwise8Grid(5, 4096, 256, core::DType::kFloat32, h100).x, 1u);
+  EXPECT_EQ(Blockwise8Grid(1 << 20, 64, 256, core::DType::kBFloat16, h100, 8).x, (1u << 20) / 64 / 32);
+  // Large inputs: as many CTAs as the multiprocessors hold at once, by the kernel's own occupancy.
+  EXPECT_EQ(Blockwise8Grid(int64_t{1} << 28, 4096, 256, core::DType::kBFloat16, h100, 8).x, 132u * 8u);
+  EXPECT_EQ(Blockwise8Grid(int64_t{1} << 28, 4096, 256, core::DType::kBFloat16, h100, 5).x, 132u * 5u);
+  EXPECT_EQ(Blockwise8Grid(int64_t{1} << 28, 4096, 256, core::DType::kBFloat16, h100, 0).x, 132u);  // at least 1
+  EXPECT_EQ(Blockwise8Grid(5, 4096, 256, core::DType::kFloat32, h100, 8).x, 1u);
 }
 
 }  // namespace
