@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -67,12 +69,16 @@ class JitCacheTest : public testing::Test {
     const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
     root_ = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + info->test_suite_name() + "." + info->name();
     dir_ = root_ + "/kernels";
-    std::system(("rm -rf '" + root_ + "'").c_str());
+    RemoveRoot();
     fake_ = std::make_shared<FakeCompiler>();
   }
   void TearDown() override {
     chmod(dir_.c_str(), 0700);
-    std::system(("rm -rf '" + root_ + "'").c_str());
+    RemoveRoot();
+  }
+  void RemoveRoot() const {
+    std::error_code ignored;  // absent the first time
+    std::filesystem::remove_all(root_, ignored);
   }
 
   std::unique_ptr<KernelCache> NewCache(bool enabled = true, int64_t owner_uid = -1) {
