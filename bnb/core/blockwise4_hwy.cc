@@ -89,8 +89,9 @@ HWY_INLINE void PackCodes4(const uint8_t* p, int64_t len, const uint8_t* to_code
   const D8 d8;
   const D16 d16;
   const int64_t L8 = static_cast<int64_t>(hn::Lanes(d8));
+  const uint8_t* code_of = to_code != nullptr ? to_code : kIdentity4;
   // pshufb-style lookups index within each 128-bit block, so every block gets the 16-entry table.
-  const auto code_table = hn::LoadDup128(d8, to_code != nullptr ? to_code : kIdentity4);
+  const auto code_table = hn::LoadDup128(d8, code_of);
   int64_t j = 0;
   for (; j + L8 <= len; j += L8) {
     auto c = hn::LoadU(d8, p + j);
@@ -99,7 +100,6 @@ HWY_INLINE void PackCodes4(const uint8_t* p, int64_t len, const uint8_t* to_code
     const auto pair = hn::Or(hn::ShiftLeft<4>(hn::And(w, hn::Set(d16, 0xFF))), hn::ShiftRight<8>(w));
     hn::StoreU(hn::DemoteTo(DPacked(), hn::BitCast(DI16(), pair)), DPacked(), dst + j / 2);
   }
-  const uint8_t* code_of = to_code != nullptr ? to_code : kIdentity4;
   for (; j + 1 < len; j += 2) dst[j / 2] = static_cast<uint8_t>((code_of[p[j]] << 4) | code_of[p[j + 1]]);
   if (j < len) dst[j / 2] = static_cast<uint8_t>(code_of[p[j]] << 4);
 }
