@@ -274,7 +274,7 @@ void DequantizeT(const uint8_t* packed, const float* absmax, const float* code16
   const auto odd = hn::MaskFromVec(hn::Load(di, odd_lanes));
   const VI nibble = hn::Set(di, 0x0F);
   constexpr bool kBytePlanes = kT != DType::kFloat32 || kN <= 4;
-  const bool stream = kT != DType::kFloat32 && StreamableOutput(out, r.n * DTypeSize(kT));
+  const bool stream = kT != DType::kFloat32 && StreamableOutput(out, r.n * DTypeSize(kT) + (r.n + 1) / 2);
 
   for (int64_t b = r.block_begin; b < r.block_end; ++b) {
     const int64_t lo = b * r.blocksize;
