@@ -212,13 +212,29 @@ HWY_INLINE hn::Vec<hn::Repartition<uint16_t, DF>> LowHalves(hn::Vec<DU32> a, hn:
 #endif
 }
 
+// Outputs [j, j + 2N) from a block's table `entries` (DequantizeBlocksByTable): two lookups, one 16-bit vector. A
+// function, not a lambda: GCC left the lambda out of line on AVX2, a call per 16 elements (one thread, in cache,
+// bfloat16: 0.41 ns per element against SSE4's 0.26).
+template <bool kStream>
+HWY_INLINE void StoreTableOutputs2(const float* entries, const uint8_t* codes, int64_t j, uint16_t* o) {
+  const DU32 du32;
+  const hn::Repartition<uint16_t, DF> d16;
+  const size_t N = hn::Lanes(DF());
+  const auto v = LowHalves(hn::BitCast(du32, LookupLanes(entries, codes + j)),
+                           hn::BitCast(du32, LookupLanes(entries, codes + j + N)));
+  if constexpr (kStream) {
+    hn::Stream(v, d16, o + j);
+  } else {
+    hn::StoreU(v, d16, o + j);
+  }
+}
+
 template <DType kT, bool kStream>
 void DequantizeBlocksByTable(const uint8_t* codes, const float* absmax, const PreparedCodebook& cb,
                              const Blockwise8Range& r, void* out) {
   static_assert(DTypeSize(kT) == 2, "tables hold 16-bit outputs");
   const DF df;
   const DU32 du32;
-  const hn::Repartition<uint16_t, DF> d16;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   HWY_ALIGN uint16_t outputs[kCodebookSize];
   HWY_ALIGN float entries[kCodebookSize];  // outputs widened to 32 bits, as float bit patterns for LookupLanes
@@ -231,22 +247,12 @@ void DequantizeBlocksByTable(const uint8_t* codes, const float* absmax, const Pr
     }
     const int64_t lo = b * r.blocksize;
     const int64_t hi = std::min(lo + r.blocksize, r.n);
-    // Outputs [j, j + 2N): two lookups, one 16-bit vector.
-    const auto store2 = [&](int64_t j) {
-      const auto v = LowHalves(hn::BitCast(du32, LookupLanes(entries, codes + j)),
-                               hn::BitCast(du32, LookupLanes(entries, codes + j + N)));
-      if constexpr (kStream) {
-        hn::Stream(v, d16, o + j);
-      } else {
-        hn::StoreU(v, d16, o + j);
-      }
-    };
     int64_t i = lo;
     for (; i + 4 * N <= hi; i += 4 * N) {  // two per step: half the loop overhead
-      store2(i);
-      store2(i + 2 * N);
+      StoreTableOutputs2<kStream>(entries, codes, i, o);
+      StoreTableOutputs2<kStream>(entries, codes, i + 2 * N, o);
     }
-    for (; i + 2 * N <= hi; i += 2 * N) store2(i);
+    for (; i + 2 * N <= hi; i += 2 * N) StoreTableOutputs2<kStream>(entries, codes, i, o);
     for (; i < hi; ++i) o[i] = outputs[codes[i]];
   }
 }
