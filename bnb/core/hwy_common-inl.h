@@ -108,6 +108,13 @@ HWY_INLINE void StoreF32(VF v, void* base, int64_t i) {
   }
 }
 
+// The absmax whose magnitude bits (the largest of the elements', sign cleared) are `bits`: NaN when they are a NaN's.
+template <class T>
+HWY_INLINE float AbsmaxFromBits(DType dtype, T bits) {
+  const float amax = LoadAsFloat(dtype, &bits, 0);
+  return std::isnan(amax) ? NAN : amax;
+}
+
 // The absmax of elements [lo, hi) of x, by the rule of blockwise8.h: max |x|, or NaN when any element is NaN.
 // Works on the bits: with the sign cleared, integer order is float order and every NaN lies above +inf, so an
 // integer max finds both at once, 16-bit inputs sixteen lanes at a time and without widening.
@@ -124,8 +131,7 @@ HWY_INLINE float BlockAbsmax(const void* x, int64_t lo, int64_t hi) {
   for (int64_t i = lo; i < vec_end; i += N) vmax = hn::Max(vmax, hn::And(hn::LoadU(d, p + i), mask));
   T bits = hn::GetLane(hn::MaxOfLanes(d, vmax));
   for (int64_t i = vec_end; i < hi; ++i) bits = std::max(bits, static_cast<T>(p[i] & kMagnitude));
-  const float amax = LoadAsFloat(kT, &bits, 0);
-  return std::isnan(amax) ? NAN : amax;
+  return AbsmaxFromBits(kT, bits);
 }
 
 // Whether an op that reads and writes `moved` bytes in all writes its output at `out` with streaming stores, around
@@ -145,18 +151,92 @@ HWY_INLINE void PrefetchElements(const void* x, int64_t i, int64_t n) {
   for (int64_t off = 0; off < n * kSize; off += 64) hwy::Prefetch(p + off);
 }
 
+// Bf16Codes::Index for the elements of blocks with one absmax, a vector of bfloat16 bits at a time.
+struct Bf16IndexRule {
+  using D16 = hn::ScalableTag<uint16_t>;
+  hn::Vec<D16> top, last, negative;
+
+  Bf16IndexRule(uint16_t amax_bits, int rows)
+      : top(hn::Set(D16(), static_cast<uint16_t>(amax_bits | 0x7F))),
+        last(hn::Set(D16(), static_cast<uint16_t>(rows * 128 - 1))),
+        negative(hn::Set(D16(), static_cast<uint16_t>(rows * 128))) {}
+
+  // Stores the indices of the Lanes(D16) values at x to index.
+  HWY_INLINE void Store(const uint16_t* x, uint16_t* index) const {
+    const D16 d16;
+    const hn::RebindToSigned<D16> di16;
+    const auto h = hn::LoadU(d16, x);
+    const auto j = hn::Min(hn::Sub(top, hn::And(h, hn::Set(d16, 0x7FFF))), last);
+    const auto sign = hn::BitCast(d16, hn::ShiftRight<15>(hn::BitCast(di16, h)));  // all ones when negative
+    hn::StoreU(hn::Add(j, hn::And(sign, negative)), d16, index);
+  }
+};
+
+// out[k] = table[index[k]] for k < 16: one byte load per element, the bytes inserted into a vector where the target
+// has pinsrb (AVX2, SSE4; else four codes to a 32-bit store; a store per code ran 0.48 instead of 0.40 ns per
+// element on Zen 3). The inserts: 8-bit quantize, one thread, 2^24 elements, blocksize 4096, AVX2 0.44 -> 0.40 ns
+// per element, SSE4 0.49 -> 0.45; 4-bit NF4 SSE4 0.57 -> 0.50. The indices must not have been stored just before:
+// scalar loads of indices that a vector store has just written stall (reading each vector's indices right after
+// storing them, or straight out of the vector, ran 1.5x slower). kStream: out is 16-byte aligned, and written by a
+// streaming store where the target assembles the 16 bytes in a vector.
+template <bool kStream = false>
+HWY_INLINE void LookupCodes16(const uint16_t* index, const uint8_t* table, uint8_t* out) {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4
+#if HWY_TARGET == HWY_AVX2
+  // Indices four to a 64-bit load, split in general registers (BMI2's shifts): 8-bit AVX2 0.34 -> 0.31 ns per
+  // element in cache; SSE4 (no BMI2) measured slower this way.
+  uint64_t w0, w1, w2, w3;
+  std::memcpy(&w0, index, 8);
+  std::memcpy(&w1, index + 4, 8);
+  std::memcpy(&w2, index + 8, 8);
+  std::memcpy(&w3, index + 12, 8);
+  const auto at = [&](int j) {
+    const uint64_t w = j < 4 ? w0 : j < 8 ? w1 : j < 12 ? w2 : w3;
+    return table[(w >> (16 * (j % 4))) & 0xFFFF];
+  };
+#else
+  const auto at = [index, table](int j) { return table[index[j]]; };
+#endif
+  __m128i v = _mm_cvtsi32_si128(at(0));
+  v = _mm_insert_epi8(v, at(1), 1);
+  v = _mm_insert_epi8(v, at(2), 2);
+  v = _mm_insert_epi8(v, at(3), 3);
+  v = _mm_insert_epi8(v, at(4), 4);
+  v = _mm_insert_epi8(v, at(5), 5);
+  v = _mm_insert_epi8(v, at(6), 6);
+  v = _mm_insert_epi8(v, at(7), 7);
+  v = _mm_insert_epi8(v, at(8), 8);
+  v = _mm_insert_epi8(v, at(9), 9);
+  v = _mm_insert_epi8(v, at(10), 10);
+  v = _mm_insert_epi8(v, at(11), 11);
+  v = _mm_insert_epi8(v, at(12), 12);
+  v = _mm_insert_epi8(v, at(13), 13);
+  v = _mm_insert_epi8(v, at(14), 14);
+  v = _mm_insert_epi8(v, at(15), 15);
+  if constexpr (kStream) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out), v);
+  } else {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), v);
+  }
+#else
+  for (int k = 0; k < 16; k += 4) {
+    const uint32_t w = uint32_t{table[index[k]]} | uint32_t{table[index[k + 1]]} << 8 |
+                       uint32_t{table[index[k + 2]]} << 16 | uint32_t{table[index[k + 3]]} << 24;
+    std::memcpy(out + k, &w, 4);
+  }
+#endif
+}
+
+// out[k] = table[index[k]] for k < n, as LookupCodes16 does.
+HWY_INLINE void LookupCodes(const uint16_t* index, int64_t n, const uint8_t* table, uint8_t* out) {
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) LookupCodes16(index + k, table, out + k);
+  for (; k < n; ++k) out[k] = table[index[k]];
+}
+
 // Codes of bfloat16 blocks by their Bf16Codes tables, for a run of consecutive blocks of at most kMaxBlocksize
-// elements in all: Add() stores a block's indices (Bf16Codes::Index, a vector at a time), Finish() looks them all
-// up, one byte load per element, the bytes inserted sixteen to a vector where the target has pinsrb (SSE4 and up;
-// else four codes to a 32-bit store; a store per code ran 0.48 instead of 0.40 ns per element on Zen 3). The
-// inserts: 8-bit quantize, one thread, 2^24 elements, blocksize 4096, AVX2 0.44 -> 0.40 ns per element, SSE4
-// 0.49 -> 0.45; 4-bit NF4 SSE4 0.57 -> 0.50. The lookups come after the run's indices are all stored: scalar loads
-// of indices that a vector store has just written stall, and reading each vector's indices right after storing
-// them, or straight out of the vector, ran 1.5x slower.
-// kStream: the outputs are StreamableOutput's, and the targets that assemble 16-byte pieces write those by streaming
-// stores: 8-bit quantize, 64M elements, 2 threads on Zen 3, median of 40 paired runs: 12% faster. Callers that
-// stream end with hwy::FlushStream().
-template <bool kStream>
+// elements in all: Add() stores a block's indices (Bf16IndexRule), Finish() looks them all up (LookupCodes), after
+// the run's indices are all stored.
 class Bf16TableRun {
  public:
   // Takes elements [lo, hi) of x, a block with absmax `amax`, to be coded into out[0, hi - lo) by the block's table
@@ -176,58 +256,7 @@ class Bf16TableRun {
 
   HWY_INLINE void Finish() {
     for (int b = 0; b < count_; ++b) {
-      const uint16_t* index = index_ + blocks_[b].begin;
-      const uint8_t* table = blocks_[b].table;
-      uint8_t* out = blocks_[b].out;
-      const int64_t n = blocks_[b].n;
-      int64_t k = 0;
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4
-      for (; k + 16 <= n; k += 16) {
-#if HWY_TARGET == HWY_AVX2
-        // Indices four to a 64-bit load, split in general registers (BMI2's shifts): 8-bit AVX2 0.34 -> 0.31 ns
-        // per element in cache; SSE4 (no BMI2) measured slower this way.
-        uint64_t w0, w1, w2, w3;
-        std::memcpy(&w0, index + k, 8);
-        std::memcpy(&w1, index + k + 4, 8);
-        std::memcpy(&w2, index + k + 8, 8);
-        std::memcpy(&w3, index + k + 12, 8);
-        const auto at = [&](int j) {
-          const uint64_t w = j < 4 ? w0 : j < 8 ? w1 : j < 12 ? w2 : w3;
-          return table[(w >> (16 * (j % 4))) & 0xFFFF];
-        };
-#else
-        const uint16_t* ix = index + k;
-        const auto at = [ix, table](int j) { return table[ix[j]]; };
-#endif
-        __m128i v = _mm_cvtsi32_si128(at(0));
-        v = _mm_insert_epi8(v, at(1), 1);
-        v = _mm_insert_epi8(v, at(2), 2);
-        v = _mm_insert_epi8(v, at(3), 3);
-        v = _mm_insert_epi8(v, at(4), 4);
-        v = _mm_insert_epi8(v, at(5), 5);
-        v = _mm_insert_epi8(v, at(6), 6);
-        v = _mm_insert_epi8(v, at(7), 7);
-        v = _mm_insert_epi8(v, at(8), 8);
-        v = _mm_insert_epi8(v, at(9), 9);
-        v = _mm_insert_epi8(v, at(10), 10);
-        v = _mm_insert_epi8(v, at(11), 11);
-        v = _mm_insert_epi8(v, at(12), 12);
-        v = _mm_insert_epi8(v, at(13), 13);
-        v = _mm_insert_epi8(v, at(14), 14);
-        v = _mm_insert_epi8(v, at(15), 15);
-        if constexpr (kStream) {
-          _mm_stream_si128(reinterpret_cast<__m128i*>(out + k), v);
-        } else {
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), v);
-        }
-      }
-#endif
-      for (; k + 4 <= n; k += 4) {
-        const uint32_t w = uint32_t{table[index[k]]} | uint32_t{table[index[k + 1]]} << 8 |
-                           uint32_t{table[index[k + 2]]} << 16 | uint32_t{table[index[k + 3]]} << 24;
-        std::memcpy(out + k, &w, 4);
-      }
-      for (; k < n; ++k) out[k] = table[index[k]];
+      LookupCodes(index_ + blocks_[b].begin, blocks_[b].n, blocks_[b].table, blocks_[b].out);
     }
     count_ = 0;
     used_ = 0;
@@ -242,21 +271,13 @@ class Bf16TableRun {
 
   HWY_INLINE void Add(const uint16_t* x, int64_t lo, int64_t hi, uint16_t amax_bits, int rows, const uint8_t* table,
                       bool prefetch, uint8_t* out) {
-    const hn::ScalableTag<uint16_t> d16;
-    const hn::RebindToSigned<decltype(d16)> di16;
-    const int64_t N = static_cast<int64_t>(hn::Lanes(d16));
+    const int64_t N = static_cast<int64_t>(hn::Lanes(Bf16IndexRule::D16()));
+    const Bf16IndexRule rule(amax_bits, rows);
     uint16_t* index = index_ + used_;
-    const auto top = hn::Set(d16, static_cast<uint16_t>(amax_bits | 0x7F));
-    const auto last = hn::Set(d16, static_cast<uint16_t>(rows * 128 - 1));
-    const auto negative = hn::Set(d16, static_cast<uint16_t>(rows * 128));
-    const auto magnitude = hn::Set(d16, static_cast<uint16_t>(0x7FFF));
     int64_t i = lo;
     for (; i + N <= hi; i += N) {
       if (prefetch) PrefetchElements<DType::kBFloat16>(x, i + kPrefetchAhead, N);
-      const auto h = hn::LoadU(d16, x + i);
-      const auto j = hn::Min(hn::Sub(top, hn::And(h, magnitude)), last);
-      const auto sign = hn::BitCast(d16, hn::ShiftRight<15>(hn::BitCast(di16, h)));  // all ones when negative
-      hn::StoreU(hn::Add(j, hn::And(sign, negative)), d16, index + (i - lo));
+      rule.Store(x + i, index + (i - lo));
     }
     for (; i < hi; ++i) index[i - lo] = static_cast<uint16_t>(Bf16Codes::Index(amax_bits, rows, x[i]));
     blocks_[count_++] = Block{used_, hi - lo, table, out};
@@ -265,8 +286,8 @@ class Bf16TableRun {
 
   // Two runs ahead: a block's absmax pass comes right after the previous block's Add, and a run's Finish, the long
   // part, comes later still, so prefetches one block ahead had not landed when the absmax pass read them. One
-  // thread, 64M elements from memory, ns per element, one block ahead -> two runs: blocksize 4096 0.405 -> 0.384,
-  // 256 0.501 -> 0.465, 64 0.719 -> 0.688.
+  // thread, 64M elements from memory, ns per element (8-bit), one block ahead -> two runs: blocksize 4096 0.405 ->
+  // 0.384, 256 0.501 -> 0.465, 64 0.719 -> 0.688.
   static constexpr int64_t kPrefetchAhead = 2 * kMaxBlocksize;
 
   HWY_ALIGN uint16_t index_[kMaxBlocksize];
@@ -281,8 +302,8 @@ class Bf16TableRun {
 struct NoBf16Tables {
   void Finish() {}
 };
-template <DType kT, bool kStream = false>
-using Bf16TableRunFor = std::conditional_t<kT == DType::kBFloat16, Bf16TableRun<kStream>, NoBf16Tables>;
+template <DType kT>
+using Bf16TableRunFor = std::conditional_t<kT == DType::kBFloat16, Bf16TableRun, NoBf16Tables>;
 
 #if HWY_TARGET != HWY_SCALAR
 // A table of kEntries floats (a power of two, at most 16) held in registers and looked up per lane.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "bnb/core/bf16_codes.h"
@@ -104,17 +105,27 @@ TEST_P(EveryIsa, EqualsScalarExactly) {
   }
 }
 
+// Threads take ranges of blocks; a range may start and end anywhere, and bfloat16 blocks are coded in groups of up to
+// kMaxBlocksize elements counted from the range's start.
 TEST_P(EveryIsa, SubrangesEqualTheWhole) {
   const PreparedCodebook cb = DynamicCodebook();
-  const int64_t n = 64 * 10 + 5, bs = 64;
-  const auto x = Encode(DType::kFloat32, TestData(n, 7, false));
-  std::vector<uint8_t> whole(n), parts(n);
-  std::vector<float> am_whole(11), am_parts(11);
-  QuantizeBlockwise8(DType::kFloat32, x.data(), cb, {n, bs, 0, 11}, whole.data(), am_whole.data());
-  QuantizeBlockwise8(DType::kFloat32, x.data(), cb, {n, bs, 0, 4}, parts.data(), am_parts.data());
-  QuantizeBlockwise8(DType::kFloat32, x.data(), cb, {n, bs, 4, 11}, parts.data(), am_parts.data());
-  EXPECT_EQ(whole, parts);
-  EXPECT_EQ(am_whole, am_parts);
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (int64_t bs : {int64_t{32}, int64_t{64}, int64_t{1024}}) {
+      SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " blocksize " << bs);
+      const int64_t blocks = 301, n = bs * (blocks - 1) + 5;
+      const auto x = Encode(dtype, TestData(n, 7, /*specials=*/true));
+      std::vector<uint8_t> whole(n), parts(n);
+      std::vector<float> am_whole(blocks), am_parts(blocks);
+      QuantizeBlockwise8(dtype, x.data(), cb, {n, bs, 0, blocks}, whole.data(), am_whole.data());
+      for (const auto& [b0, b1] : {std::pair<int64_t, int64_t>{0, 73}, {73, 74}, {74, 250}, {250, blocks}}) {
+        QuantizeBlockwise8(dtype, x.data(), cb, {n, bs, b0, b1}, parts.data(), am_parts.data());
+      }
+      EXPECT_EQ(whole, parts);
+      EXPECT_EQ(std::memcmp(am_whole.data(), am_parts.data(), blocks * sizeof(float)), 0);  // NaN blocks too
+      const BothQuantized q = QuantizeBoth(dtype, x.data(), n, bs, cb);
+      EXPECT_EQ(whole, q.codes_ref);
+    }
+  }
 }
 
 // Where a fast search could go wrong: every midpoint and its neighbours (ulps, and relative steps around the
