@@ -10,7 +10,7 @@ import argparse
 import torch
 
 from bnb import functional as F
-from timing import best_seconds, copy_row, dtype_name, machine_line, print_bandwidth_header, print_bandwidth_rows
+from timing import best_seconds, copy_case, dtype_name, machine_line, print_bandwidth_header, print_bandwidth_table
 
 WIDTH = 40
 
@@ -18,23 +18,23 @@ WIDTH = 40
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--elements", type=int, default=64 * 1024 * 1024)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=5, help="rounds of timed calls (see timing.round_seconds)")
     args = ap.parse_args()
     n = args.elements
     print(f"{machine_line()}, NF4 blocksize 64")
-    print_bandwidth_header(WIDTH)
+    print_bandwidth_header(WIDTH, args.repeat)
     for dtype in (torch.float32, torch.bfloat16):
         x = torch.randn(n).to(dtype)
-        copy = copy_row(x, args.repeat)
         packed, absmax = torch.ops.bnb.quantize_4bit(x, 64, "nf4", torch.uint8)
         out = torch.empty_like(x)
-        t_q = best_seconds(lambda: torch.ops.bnb.quantize_4bit(x, 64, "nf4", torch.uint8), args.repeat)
-        t_d = best_seconds(lambda: torch.ops.bnb.dequantize_4bit.out(packed, absmax, 64, "nf4", [n], dtype,
-                                                                     out=out), args.repeat)
         moved = n * x.element_size() + n // 2 + absmax.numel() * 4
         name = dtype_name(dtype)
-        print_bandwidth_rows([copy, (f"quantize_4bit {name}", t_q, moved), (f"dequantize_4bit {name}", t_d, moved)],
-                             WIDTH)
+        print_bandwidth_table([
+            copy_case(x),
+            (f"quantize_4bit {name}", lambda: torch.ops.bnb.quantize_4bit(x, 64, "nf4", torch.uint8), moved),
+            (f"dequantize_4bit {name}",
+             lambda: torch.ops.bnb.dequantize_4bit.out(packed, absmax, 64, "nf4", [n], dtype, out=out), moved),
+        ], args.repeat, WIDTH)
 
     print()
     head = f"{'gemv, one token':<28}{'gemv_4bit us':>14}{'F.linear fp32 us':>18}{'F.linear bf16 us':>18}"

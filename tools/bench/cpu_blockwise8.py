@@ -9,7 +9,7 @@ import argparse
 import torch
 
 from bnb import functional as F
-from timing import best_seconds, copy_row, dtype_name, machine_line, print_bandwidth_header, print_bandwidth_rows
+from timing import copy_case, dtype_name, machine_line, print_bandwidth_header, print_bandwidth_table
 
 WIDTH = 36
 
@@ -18,30 +18,28 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--elements", type=int, default=64 * 1024 * 1024)
     ap.add_argument("--blocksize", type=int, default=4096)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=9, help="rounds of timed calls (see timing.round_seconds)")
     args = ap.parse_args()
     n, bs = args.elements, args.blocksize
     code = F.create_dynamic_map()
     print(f"{machine_line()}, {n / 2**20:.0f}M elements, blocksize {bs}")
-    print_bandwidth_header(WIDTH)
+    print_bandwidth_header(WIDTH, args.repeat)
     for dtype in (torch.float32, torch.bfloat16):
         x = torch.randn(n).to(dtype)
-        copy = copy_row(x, args.repeat)
         q, absmax = torch.ops.bnb.quantize_blockwise(x, code, bs)
         out = torch.empty_like(x)
-        # Into existing buffers, as the copy writes into an existing tensor: the kernels' own speed. The plain op
-        # also allocates its 64 MB of codes each call, whose first-touch page faults the kernel pays (shown apart).
-        t_q = best_seconds(lambda: torch.ops.bnb.quantize_blockwise.out(x, code, bs, q, absmax), args.repeat)
-        t_q_fresh = best_seconds(lambda: torch.ops.bnb.quantize_blockwise(x, code, bs), args.repeat)
-        t_d = best_seconds(lambda: torch.ops.bnb.dequantize_blockwise.out(q, absmax, code, bs, dtype, out=out),
-                           args.repeat)
         moved = n * x.element_size() + n + absmax.numel() * 4
         name = dtype_name(dtype)
-        print_bandwidth_rows([copy,
-                              (f"quantize_blockwise.out {name}", t_q, moved),
-                              ("  quantize_blockwise, new output", t_q_fresh, moved),
-                              (f"dequantize_blockwise.out {name}", t_d, moved)], WIDTH)
-
+        # Into existing buffers, as the copy writes into an existing tensor: the kernels' own speed. The plain op
+        # also allocates its 64 MB of codes each call, whose first-touch page faults the kernel pays (shown apart).
+        print_bandwidth_table([
+            copy_case(x),
+            (f"quantize_blockwise.out {name}", lambda: torch.ops.bnb.quantize_blockwise.out(x, code, bs, q, absmax),
+             moved),
+            ("  quantize_blockwise, new output", lambda: torch.ops.bnb.quantize_blockwise(x, code, bs), moved),
+            (f"dequantize_blockwise.out {name}",
+             lambda: torch.ops.bnb.dequantize_blockwise.out(q, absmax, code, bs, dtype, out=out), moved),
+        ], args.repeat, WIDTH)
 
 if __name__ == "__main__":
     main()

@@ -27,22 +27,42 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def copy_row(x: torch.Tensor, repeat: int):
-    """The table's baseline row for x: a plain copy into an existing tensor, as (case, seconds, bytes moved)."""
+def copy_case(x: torch.Tensor):
+    """The table's baseline case for x: a plain copy into an existing tensor, as (case, fn, bytes moved)."""
     y = torch.empty_like(x)
-    return f"copy {dtype_name(x.dtype)}", best_seconds(lambda: y.copy_(x), repeat), 2 * x.numel() * x.element_size()
+    return f"copy {dtype_name(x.dtype)}", lambda: y.copy_(x), 2 * x.numel() * x.element_size()
 
 
-def print_bandwidth_header(width: int) -> None:
+def round_seconds(fns, rounds: int):
+    """Seconds of each fn in each of `rounds` rounds, a round calling every fn once in turn, after one untimed
+    warm-up call each (page faults, thread-pool start). A shared machine's slow spells, which last seconds, then
+    slow the copy and the kernels timed beside it alike. One list per fn."""
+    for fn in fns:
+        fn()
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return times
+
+
+def print_bandwidth_header(width: int, rounds: int) -> None:
+    print(f"ms, GB/s: the fastest of {rounds} rounds; % of copy: the median of each round's ratio to the copy")
     head = f"{'case':<{width}}{'ms':>9}{'GB/s':>9}{'% of copy':>11}"
     print(head)
     print("-" * len(head))
 
 
-def print_bandwidth_rows(rows, width: int) -> None:
-    """Rows of (case, seconds, bytes read plus written), the first one copy_row's: throughput counts the same
-    bytes as the copy's, so "% of copy" compares like with like."""
-    copy_gbs = rows[0][2] / rows[0][1] / 1e9
-    for case, t, nbytes in rows:
-        gbs = nbytes / t / 1e9
-        print(f"{case:<{width}}{t * 1e3:>9.2f}{gbs:>9.2f}{100 * gbs / copy_gbs:>10.0f}%")
+def print_bandwidth_table(cases, rounds: int, width: int) -> None:
+    """Times cases of (name, fn, bytes read plus written), the first copy_case's, in rounds (round_seconds), and
+    prints a row each: ms and GB/s of its fastest round, and "% of copy", the median over rounds of its throughput
+    against the copy's in the same round. Throughput counts the same bytes as the copy's, so the percentages
+    compare like with like."""
+    times = round_seconds([fn for _, fn, _ in cases], rounds)
+    copy_bytes, copy_times = cases[0][2], times[0]
+    for (name, _, nbytes), ts in zip(cases, times):
+        ratios = sorted((nbytes / t) / (copy_bytes / c) for t, c in zip(ts, copy_times))
+        print(f"{name:<{width}}{min(ts) * 1e3:>9.2f}{nbytes / min(ts) / 1e9:>9.2f}"
+              f"{100 * ratios[len(ratios) // 2]:>10.0f}%")
