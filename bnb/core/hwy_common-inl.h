@@ -236,7 +236,8 @@ HWY_INLINE void LookupCodes(const uint16_t* index, int64_t n, const uint8_t* tab
 
 // Codes of bfloat16 blocks by their Bf16Codes tables, for a run of consecutive blocks of at most kMaxBlocksize
 // elements in all: Add() stores a block's indices (Bf16IndexRule), Finish() looks them all up (LookupCodes), after
-// the run's indices are all stored.
+// the run's indices are all stored. The 4-bit quantize's way; the 8-bit one overlaps these steps with the next
+// blocks' absmax pass instead (QuantizeBf16Pipelined, blockwise8_hwy.cc), which its caller would have to follow.
 class Bf16TableRun {
  public:
   // Takes elements [lo, hi) of x, a block with absmax `amax`, to be coded into out[0, hi - lo) by the block's table
@@ -286,8 +287,8 @@ class Bf16TableRun {
 
   // Two runs ahead: a block's absmax pass comes right after the previous block's Add, and a run's Finish, the long
   // part, comes later still, so prefetches one block ahead had not landed when the absmax pass read them. One
-  // thread, 64M elements from memory, ns per element (8-bit), one block ahead -> two runs: blocksize 4096 0.405 ->
-  // 0.384, 256 0.501 -> 0.465, 64 0.719 -> 0.688.
+  // thread, 64M elements from memory, ns per element of the 8-bit quantize when it used this class, one block
+  // ahead -> two runs: blocksize 4096 0.405 -> 0.384, 256 0.501 -> 0.465, 64 0.719 -> 0.688.
   static constexpr int64_t kPrefetchAhead = 2 * kMaxBlocksize;
 
   HWY_ALIGN uint16_t index_[kMaxBlocksize];
