@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "bnb/core/dtype.h"
 
 namespace bnb::core {
 
@@ -54,6 +55,15 @@ class Bf16Codes {
   // The byte a kernel wants for each x[k] / amax, k < n: its code (8-bit), or a value that maps to its code (4-bit:
   // the sorted position), by the codebook's own rule (its scalar definition, or a kernel equal to it).
   using Fill = absl::FunctionRef<void(float amax, const float* x, int64_t n, uint8_t* codes)>;
+
+  // The bfloat16 bits of a block's absmax (a bfloat16 value widened to float).
+  static uint16_t AbsmaxBits(float amax) { return static_cast<uint16_t>(FloatToBits(amax) >> 16); }
+
+  // The table for blocks whose absmax is `amax` (Table), or null when they must be searched instead: absmax 0 or
+  // not finite, or one the tables do not serve. The one rule both quantizers' bfloat16 paths follow.
+  const uint8_t* TableFor(float amax, Fill fill) const {
+    return std::isfinite(amax) && amax != 0.0f ? Table(AbsmaxBits(amax), fill) : nullptr;
+  }
 
   // The table for blocks whose absmax has bfloat16 bits `amax_bits` (positive and finite), filled by `fill` on
   // first use of each absmax mantissa (every call must pass the same codebook's fill); thread-safe. Null when that

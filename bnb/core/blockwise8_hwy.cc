@@ -162,8 +162,8 @@ void QuantizeBf16Pipelined(const uint16_t* x, const Coder& coder, const Blockwis
       for (int64_t k = a_chunks * kChunk; k < a_hi - a_lo; ++k) bits = std::max<int16_t>(bits, xa[k] & 0x7FFF);
       const float amax = AbsmaxFromBits(DType::kBFloat16, bits);
       absmax[a_lo / bs] = amax;
-      amax_bits[ga][j] = static_cast<uint16_t>(FloatToBits(amax) >> 16);
-      table[ga][j] = std::isfinite(amax) && amax != 0.0f ? tables.Table(amax_bits[ga][j], fill) : nullptr;
+      amax_bits[ga][j] = Bf16Codes::AbsmaxBits(amax);
+      table[ga][j] = tables.TableFor(amax, fill);
       if (table[ga][j] == nullptr) CodeBlock<DType::kBFloat16>(x, coder, a_lo, a_hi, bs, amax, false, codes);
     }
   }

@@ -246,12 +246,10 @@ class Bf16TableRun {
   // `prefetch`: bring in the elements kPrefetchAhead on meanwhile (more blocks follow in the caller's range).
   HWY_INLINE bool TryAdd(const Bf16Codes* codes, Bf16Codes::Fill fill, const uint16_t* x, int64_t lo, int64_t hi,
                          float amax, bool prefetch, uint8_t* out) {
-    if (codes == nullptr || !std::isfinite(amax) || amax == 0.0f) return false;
-    const auto amax_bits = static_cast<uint16_t>(FloatToBits(amax) >> 16);
-    const uint8_t* table = codes->Table(amax_bits, fill);
+    const uint8_t* table = codes != nullptr ? codes->TableFor(amax, fill) : nullptr;
     if (table == nullptr) return false;
     if (used_ + (hi - lo) > kMaxBlocksize) Finish();
-    Add(x, lo, hi, amax_bits, codes->rows(), table, prefetch, out);
+    Add(x, lo, hi, Bf16Codes::AbsmaxBits(amax), codes->rows(), table, prefetch, out);
     return true;
   }
 

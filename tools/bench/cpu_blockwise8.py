@@ -41,5 +41,6 @@ def main():
              lambda: torch.ops.bnb.dequantize_blockwise.out(q, absmax, code, bs, dtype, out=out), moved),
         ], args.repeat, WIDTH)
 
+
 if __name__ == "__main__":
     main()
