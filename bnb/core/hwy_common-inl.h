@@ -182,37 +182,40 @@ struct Bf16IndexRule {
 template <bool kStream = false>
 HWY_INLINE void LookupCodes16(const uint16_t* index, const uint8_t* table, uint8_t* out) {
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4
-#if HWY_TARGET == HWY_AVX2
-  // Indices four to a 64-bit load, split in general registers (BMI2's shifts): 8-bit AVX2 0.34 -> 0.31 ns per
-  // element in cache; SSE4 (no BMI2) measured slower this way.
-  uint64_t w0, w1, w2, w3;
-  std::memcpy(&w0, index, 8);
-  std::memcpy(&w1, index + 4, 8);
-  std::memcpy(&w2, index + 8, 8);
-  std::memcpy(&w3, index + 12, 8);
-  const auto at = [&](int j) {
-    const uint64_t w = j < 4 ? w0 : j < 8 ? w1 : j < 12 ? w2 : w3;
-    return table[(w >> (16 * (j % 4))) & 0xFFFF];
+  // Indices two to a 32-bit load, split by a zero-extension and a shift: fewer instructions per element than
+  // 16-bit loads (one each) or 64-bit ones split by shifts and masks (the former AVX2 way), which bounds this loop.
+  // One thread, 2^24 elements, blocksize 4096, Zen 3, in cache / from memory, ns per element: 8-bit AVX2 0.31-0.33
+  // / 0.355-0.366 -> 0.305 / 0.335-0.352, SSE4 0.423 / 0.452 -> 0.375 / 0.417; NF4 SSE4 0.53 -> 0.47-0.50. Each
+  // pair is loaded where it is used: one 32-byte copy of all sixteen compiled to vector extracts (0.56 ns).
+  const auto pair = [index](int k) {
+    uint32_t w;
+    std::memcpy(&w, index + 2 * k, sizeof(w));
+    return w;
   };
-#else
-  const auto at = [index, table](int j) { return table[index[j]]; };
-#endif
-  __m128i v = _mm_cvtsi32_si128(at(0));
-  v = _mm_insert_epi8(v, at(1), 1);
-  v = _mm_insert_epi8(v, at(2), 2);
-  v = _mm_insert_epi8(v, at(3), 3);
-  v = _mm_insert_epi8(v, at(4), 4);
-  v = _mm_insert_epi8(v, at(5), 5);
-  v = _mm_insert_epi8(v, at(6), 6);
-  v = _mm_insert_epi8(v, at(7), 7);
-  v = _mm_insert_epi8(v, at(8), 8);
-  v = _mm_insert_epi8(v, at(9), 9);
-  v = _mm_insert_epi8(v, at(10), 10);
-  v = _mm_insert_epi8(v, at(11), 11);
-  v = _mm_insert_epi8(v, at(12), 12);
-  v = _mm_insert_epi8(v, at(13), 13);
-  v = _mm_insert_epi8(v, at(14), 14);
-  v = _mm_insert_epi8(v, at(15), 15);
+  uint32_t w = pair(0);
+  __m128i v = _mm_cvtsi32_si128(table[w & 0xFFFF]);
+  v = _mm_insert_epi8(v, table[w >> 16], 1);
+  w = pair(1);
+  v = _mm_insert_epi8(v, table[w & 0xFFFF], 2);
+  v = _mm_insert_epi8(v, table[w >> 16], 3);
+  w = pair(2);
+  v = _mm_insert_epi8(v, table[w & 0xFFFF], 4);
+  v = _mm_insert_epi8(v, table[w >> 16], 5);
+  w = pair(3);
+  v = _mm_insert_epi8(v, table[w & 0xFFFF], 6);
+  v = _mm_insert_epi8(v, table[w >> 16], 7);
+  w = pair(4);
+  v = _mm_insert_epi8(v, table[w & 0xFFFF], 8);
+  v = _mm_insert_epi8(v, table[w >> 16], 9);
+  w = pair(5);
+  v = _mm_insert_epi8(v, table[w & 0xFFFF], 10);
+  v = _mm_insert_epi8(v, table[w >> 16], 11);
+  w = pair(6);
+  v = _mm_insert_epi8(v, table[w & 0xFFFF], 12);
+  v = _mm_insert_epi8(v, table[w >> 16], 13);
+  w = pair(7);
+  v = _mm_insert_epi8(v, table[w & 0xFFFF], 14);
+  v = _mm_insert_epi8(v, table[w >> 16], 15);
   if constexpr (kStream) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(out), v);
   } else {

@@ -36,7 +36,7 @@ int main() {
       const double q16 = per_elem([&] { QuantizeBlockwise8(DType::kBFloat16, in.bf16.data(), *cb, r, codes.data(), absmax.data()); });
       const double d32 = per_elem([&] { DequantizeBlockwise8(DType::kFloat32, codes.data(), absmax.data(), *cb, r, out.data()); });
       const double d16 = per_elem([&] { DequantizeBlockwise8(DType::kBFloat16, codes.data(), absmax.data(), *cb, r, out_bf16.data()); });
-      std::printf("%-8s %11.2f ns %11.2f ns %11.2f ns %11.2f ns\n", isa.c_str(), q32, q16, d32, d16);
+      std::printf("%-8s %11.3f ns %11.3f ns %11.3f ns %11.3f ns\n", isa.c_str(), q32, q16, d32, d16);
     }
     if (!SetIsaCap("best").ok()) return 1;
   }
