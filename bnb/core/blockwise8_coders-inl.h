@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "bnb/core/blockwise8.h"
 #include "bnb/core/codebook.h"
@@ -202,7 +203,8 @@ struct SegmentCoder {
 // data, blocksize 4096, ns per element on Zen 3 in cache / from memory: 0.69 / 0.70 -> 0.55 / 0.65, and with
 // PendingRedo 0.56 / 0.59 (2 threads, 64M elements: 23.6 -> 23.3 -> 18.9 ms). On the 4-lane targets the lookups
 // cost more (index conversion, Round emulated on SSSE3) than BucketCoder's emulated gather: SSE4 0.95 -> 1.29,
-// SSSE3 1.19 -> 1.81.
+// SSSE3 1.19 -> 1.81. Float inputs now go by HalfBucketCodes where the codebook allows (faster still); this coder
+// serves the other segment-shaped codebooks and the bfloat16 blocks the Bf16Codes tables do not.
 struct TopSegmentCoder {
   const PreparedCodebook& cb;
   SegmentCoder exact;
@@ -269,6 +271,44 @@ struct TopSegmentCoder {
 };
 
 #endif  // HWY_TARGET == HWY_AVX2
+
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3
+// Codes by HalfBuckets (codebook.h) of the Lanes(DF) scaled values whose float bits are at q: each lane's entry by a
+// scalar load, assembled in a vector (Zen 3's gathers, and the emulated ones below AVX2, are slower), then one
+// compare and a shift. Every value must lie in [-1, 1]. q must not have been stored just before: see LookupCodes16.
+HWY_INLINE VI HalfBucketCodes(const int32_t* entries, const uint32_t* q) {
+  const auto at = [entries, q](int k) {
+    uint32_t w;
+    std::memcpy(&w, q + k, sizeof(w));
+    return entries[w >> HalfBuckets::kShift];
+  };
+#if HWY_TARGET == HWY_AVX2
+  __m128i a = _mm_cvtsi32_si128(at(0));
+  a = _mm_insert_epi32(a, at(1), 1);
+  a = _mm_insert_epi32(a, at(2), 2);
+  a = _mm_insert_epi32(a, at(3), 3);
+  __m128i b = _mm_cvtsi32_si128(at(4));
+  b = _mm_insert_epi32(b, at(5), 1);
+  b = _mm_insert_epi32(b, at(6), 2);
+  b = _mm_insert_epi32(b, at(7), 3);
+  const VI e{_mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1)};
+#elif HWY_TARGET == HWY_SSE4
+  __m128i a = _mm_cvtsi32_si128(at(0));
+  a = _mm_insert_epi32(a, at(1), 1);
+  a = _mm_insert_epi32(a, at(2), 2);
+  a = _mm_insert_epi32(a, at(3), 3);
+  const VI e{a};
+#else  // SSSE3 has no pinsrd
+  const __m128i a01 = _mm_unpacklo_epi32(_mm_cvtsi32_si128(at(0)), _mm_cvtsi32_si128(at(1)));
+  const __m128i a23 = _mm_unpacklo_epi32(_mm_cvtsi32_si128(at(2)), _mm_cvtsi32_si128(at(3)));
+  const VI e{_mm_unpacklo_epi64(a01, a23)};
+#endif
+  const DI di;
+  const auto low16 = hn::Set(di, 0xFFFF);
+  const auto above = hn::Gt(hn::And(hn::LoadU(di, reinterpret_cast<const int32_t*>(q)), low16), hn::And(e, low16));
+  return hn::BitCast(di, hn::ShiftRight<24>(hn::BitCast(DU32(), hn::IfThenElse(above, hn::ShiftLeft<8>(e), e))));
+}
+#endif
 
 // The groups of four vectors of a block that a coder flagged (those with kDefersRedo return their flagged lanes
 // from StoreFlagged4, a byte per vector), recorded without a branch and stored again after the block.

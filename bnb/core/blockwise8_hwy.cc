@@ -23,6 +23,9 @@ namespace bnb::core {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The targets that look codes up by scalar loads (LookupLanes, HalfBucketCodes); evaluated per target, where used.
+#define BNB_SCALAR_LOAD_LOOKUPS (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3)
+
 // Codes of block [lo, hi) of x, whose absmax is amax, by `coder` (and the scalar rule for the last elements);
 // `prefetch`: also bring in the elements one block on, which the caller reads next.
 template <DType kT, class Coder>
@@ -66,6 +69,73 @@ void QuantizeBlocks(const void* x, const Coder& coder, const Blockwise8Range& r,
     CodeBlock<kT>(x, coder, lo, hi, r.blocksize, absmax[b], b + 1 < r.block_end, codes);
   }
 }
+
+#if BNB_SCALAR_LOAD_LOOKUPS
+// CodeBlock's work by HalfBuckets, for float32 and float16 blocks: over chunks of kChunk elements, the quotients
+// x / amax of chunk c are stored (their bits) while those of chunk c - kDelay are looked up (HalfBucketCodes), so
+// no lookup reads quotients stored just before. Exact by construction, with no lanes to redo. The lookups, not the
+// divisions, bound it (multiplying instead ran no faster). One thread, float32, blocksize 4096, Zen 3, in cache /
+// from memory, ns per element, against TopSegmentCoder (AVX2) and BucketCoder's emulated gathers (SSE4, SSSE3):
+// AVX2 0.52 / 0.56 -> 0.48 / 0.54, SSE4 0.94 / 0.99 -> 0.64 / 0.68, SSSE3 1.19 / 1.24 -> 0.93 / 0.96; 64M float32
+// elements on 2 threads 19.0-19.3 -> 17.1-17.6 ms.
+template <DType kT>
+HWY_INLINE void CodeBlockByHalfBuckets(const void* x, const PreparedCodebook& cb, int64_t lo, int64_t hi,
+                                       int64_t blocksize, float amax, bool prefetch, uint8_t* out) {
+  constexpr int64_t kChunk = 8 * static_cast<int64_t>(kN), kDelay = 2, kRing = 4;
+  const DF df;
+  const DU32 du32;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t done = 0;
+  if (std::isfinite(amax) && amax != 0.0f) {
+    HWY_ALIGN uint32_t q[kRing * kChunk];
+    const int32_t* entries = cb.half_buckets.entries.data();
+    const VF vscale = hn::Set(df, amax);
+    const int64_t vec_n = (hi - lo) / N * N;
+    const int64_t chunks = (vec_n + kChunk - 1) / kChunk;
+    // Chunk c's quotients and chunk c - kDelay's codes; `whole` (a std::bool_constant): both chunks are kChunk
+    // elements long, so the loops have fixed trip counts.
+    const auto step = [&](int64_t c, auto whole) {
+      if (whole || c < chunks) {
+        const int64_t begin = c * kChunk, n = whole ? kChunk : std::min(kChunk, vec_n - begin);
+        uint32_t* qc = q + (c % kRing) * kChunk;
+        if (prefetch) PrefetchElements<kT>(x, lo + begin + blocksize, n);
+        for (int64_t j = 0; j < n; j += N) {
+          hn::Store(hn::BitCast(du32, hn::Div(LoadF32<kT>(x, lo + begin + j), vscale)), du32, qc + j);
+        }
+      }
+      if (whole || c >= kDelay) {
+        const int64_t begin = (c - kDelay) * kChunk, n = whole ? kChunk : std::min(kChunk, vec_n - begin);
+        const uint32_t* qc = q + ((c - kDelay) % kRing) * kChunk;
+        uint8_t* o = out + begin;
+        int64_t j = 0;
+        for (; j + 4 * N <= n; j += 4 * N) {
+          StoreBytes4(HalfBucketCodes(entries, qc + j), HalfBucketCodes(entries, qc + j + N),
+                      HalfBucketCodes(entries, qc + j + 2 * N), HalfBucketCodes(entries, qc + j + 3 * N), o + j);
+        }
+        for (; j < n; j += N) hn::StoreU(hn::DemoteTo(DU8(), HalfBucketCodes(entries, qc + j)), DU8(), o + j);
+      }
+    };
+    const int64_t whole_end = vec_n / kChunk;  // chunks c with c and c - kDelay both whole: [kDelay, whole_end)
+    int64_t c = 0;
+    for (; c < std::min(kDelay, chunks + kDelay); ++c) step(c, std::false_type{});
+    for (; c < whole_end; ++c) step(c, std::true_type{});
+    for (; c < chunks + kDelay; ++c) step(c, std::false_type{});
+    done = vec_n;
+  }
+  for (int64_t k = done; k < hi - lo; ++k) out[k] = NearestCode(cb, ScaleToUnit(LoadAsFloat(kT, x, lo + k), amax));
+}
+
+template <DType kT>
+void QuantizeBlocksByHalfBuckets(const void* x, const PreparedCodebook& cb, const Blockwise8Range& r,
+                                 uint8_t* codes, float* absmax) {
+  for (int64_t b = r.block_begin; b < r.block_end; ++b) {
+    const int64_t lo = b * r.blocksize;
+    const int64_t hi = std::min(lo + r.blocksize, r.n);
+    absmax[b] = BlockAbsmax<kT>(x, lo, hi);
+    CodeBlockByHalfBuckets<kT>(x, cb, lo, hi, r.blocksize, absmax[b], b + 1 < r.block_end, codes + lo);
+  }
+}
+#endif
 
 // bfloat16 blocks coded by their Bf16Codes tables, in groups of consecutive blocks (kMaxBlocksize elements, but the
 // range's last group), as a three-stage pipeline: pass s over the positions of a group takes the absmax of group s,
@@ -189,6 +259,11 @@ void QuantizeWith(const void* x, const Coder& coder, const Blockwise8Range& r, u
 template <DType kT>
 void QuantizeT(const void* x, const PreparedCodebook& cb, const Blockwise8Range& r, uint8_t* codes,
                float* absmax) {
+#if BNB_SCALAR_LOAD_LOOKUPS
+  if constexpr (kT != DType::kBFloat16) {
+    if (!cb.half_buckets.entries.empty()) return QuantizeBlocksByHalfBuckets<kT>(x, cb, r, codes, absmax);
+  }
+#endif
 #if HWY_TARGET == HWY_AVX2
   if (cb.segments.usable) return QuantizeWith<kT>(x, TopSegmentCoder(cb), r, codes, absmax);
 #elif HWY_TARGET != HWY_SCALAR
@@ -198,9 +273,6 @@ void QuantizeT(const void* x, const PreparedCodebook& cb, const Blockwise8Range&
 #endif
   QuantizeWith<kT>(x, BucketCoder{cb}, r, codes, absmax);
 }
-
-// The targets that look codes up by scalar loads (LookupLanes); evaluated per target, where used.
-#define BNB_SCALAR_LOAD_LOOKUPS (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3)
 
 #if BNB_SCALAR_LOAD_LOOKUPS
 // Lanes(DF) entries of the 256-entry table t for the codes at `codes`: scalar loads assembled in a vector. Gathers

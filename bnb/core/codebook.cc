@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -160,6 +161,32 @@ void BuildBuckets(PreparedCodebook& cb) {
   }
 }
 
+// HalfBuckets for cb, from the sorted positions at each bucket's two ends; left empty when a bucket holds more than
+// one midpoint. Positions are monotone in the key within a bucket (rising for positive values, falling for
+// negative ones), so the split is found by bisection.
+void BuildHalfBuckets(PreparedCodebook& cb) {
+  using H = HalfBuckets;
+  std::vector<int32_t> entries(H::kEntries, 0);
+  const auto value = [](int32_t bucket, uint32_t key) { return BitsToFloat((uint32_t(bucket) << H::kShift) | key); };
+  for (int32_t b = 0; b < H::kEntries; ++b) {
+    if ((b & 0x7FFF) > (0x3F800000 >> H::kShift)) continue;  // beyond +-1.0f
+    const int p0 = SortedPosition(cb, value(b, 0)), p1 = SortedPosition(cb, value(b, 0xFFFF));
+    if (std::abs(p1 - p0) > 1) return;
+    uint32_t split = 0xFFFF;
+    if (p1 != p0) {
+      uint32_t lo = 0, hi = 0xFFFF;  // position p0 at lo, not at hi
+      while (hi - lo > 1) {
+        const uint32_t mid = (lo + hi) / 2;
+        (SortedPosition(cb, value(b, mid)) == p0 ? lo : hi) = mid;
+      }
+      split = lo;
+    }
+    entries[b] = static_cast<int32_t>(split | uint32_t(cb.sorted_to_code[p1]) << 16 |
+                                      uint32_t(cb.sorted_to_code[p0]) << 24);
+  }
+  cb.half_buckets.entries = std::move(entries);
+}
+
 // SegmentSearch for cb, when cb has its shape; otherwise cb.segments.usable stays false.
 void BuildSegments(PreparedCodebook& cb) {
   using S = SegmentSearch;
@@ -304,6 +331,7 @@ absl::StatusOr<PreparedCodebook> PrepareCodebook(const float* code, int64_t n) {
     cb.midpoints[i] = (cb.values[cb.sorted_to_code[i]] + cb.values[cb.sorted_to_code[i + 1]]) * 0.5f;
   }
   BuildBuckets(cb);
+  BuildHalfBuckets(cb);
   BuildSegments(cb);
   cb.bf16_codes = Bf16Codes::Create(
       Bf16Codes::SmallestCodeBoundary(cb.midpoints.data(), cb.sorted_to_code.data(), kCodebookSize));

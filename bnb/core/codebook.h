@@ -56,6 +56,19 @@ struct SegmentSearch {
   float margin = 0;
 };
 
+// A second bucket table, for the x86 targets that fetch table entries by scalar loads (a bucket's entry costs one
+// load, however many buckets there are, but a smaller table keeps more of its used part in L1): bucket = float
+// bits of a scaled value v in [-1, 1] >> 16 (sign, exponent and 7 mantissa bits; 128 buckets per binade), key =
+// bits & 0xFFFF. Entry: bits [0, 16) `split`, the largest key whose code is the code at key 0 (0xFFFF: one code
+// for the whole bucket); [16, 24) the code of the keys above split; [24, 32) the code of the keys up to it. So
+// the code is (key > split ? entry << 8 : entry) >> 24, as NearestCode gives it. Empty (unusable) when some bucket
+// holds more than one midpoint; the dynamic map's buckets hold at most one.
+struct HalfBuckets {
+  static constexpr int kShift = 16;
+  static constexpr int32_t kEntries = (0xBF800000u >> kShift) + 1;  // through -1.0f; 0x3F81..0x7FFF unused
+  std::vector<int32_t> entries;
+};
+
 // A 256-entry codebook prepared for nearest-value search. Quantizing v picks the entry whose value is nearest,
 // where "nearest" is decided by the midpoints between consecutive sorted values: the sorted position is the
 // number of midpoints strictly below v (so a tie goes to the lower value, and NaN goes to the lowest entry).
@@ -80,6 +93,7 @@ struct PreparedCodebook {
   // so one 64-bit gather yields two outputs (little-endian: memory order c0, c1).
   std::vector<uint64_t> pairs;
   SegmentSearch segments;  // usable for the dynamic maps
+  HalfBuckets half_buckets;
   // Codes of bfloat16 inputs by table (bf16_codes.h), built lazily and shared by copies; null for codebooks whose
   // code changes at 0.
   std::shared_ptr<const Bf16Codes> bf16_codes;

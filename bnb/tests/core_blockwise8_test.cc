@@ -53,6 +53,9 @@ TEST(BucketTable, DynamicMapNeedsNoSearchAwkwardOneDoes) {
   EXPECT_GT(SearchBuckets(AwkwardCodebook()), unused);
   EXPECT_FALSE(DynamicCodebook().needs_search);
   EXPECT_TRUE(AwkwardCodebook().needs_search);
+  // So the float quantizers take both ways on the x86 targets: HalfBuckets, and the coders without it.
+  EXPECT_FALSE(DynamicCodebook().half_buckets.entries.empty());
+  EXPECT_TRUE(AwkwardCodebook().half_buckets.entries.empty());
 }
 
 std::vector<float> TestData(int64_t n, uint32_t seed, bool specials) {

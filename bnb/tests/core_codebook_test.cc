@@ -1,6 +1,8 @@
 #include "bnb/core/codebook.h"
 
 #include <cmath>
+#include <cstdint>
+#include <random>
 #include <vector>
 
 #include "bnb/core/dtype.h"
@@ -171,6 +173,41 @@ TEST(SegmentSearch, WhichCodebooksQualify) {
   auto u = PrepareCodebook(unsigned_map->data(), 256);
   EXPECT_TRUE(u->segments.usable);
   EXPECT_EQ(u->segments.zero, 0);
+}
+
+// The code HalfBuckets gives value bits `bits` (a scaled value in [-1, 1]), by its documented rule.
+int HalfBucketCode(const PreparedCodebook& cb, uint32_t bits) {
+  const uint32_t entry = static_cast<uint32_t>(cb.half_buckets.entries[bits >> HalfBuckets::kShift]);
+  return static_cast<int>(((bits & 0xFFFF) > (entry & 0xFFFF) ? entry << 8 : entry) >> 24);
+}
+
+TEST(HalfBuckets, EveryBucketAgreesWithNearestCode) {
+  std::mt19937 rng(5);
+  for (const std::vector<float>& code : {*CreateDynamicMap(), *ComputeDynamicMap(false, 7, 8), UniformCodebook()}) {
+    auto cb = PrepareCodebook(code.data(), 256);
+    ASSERT_EQ(cb->half_buckets.entries.size(), static_cast<size_t>(HalfBuckets::kEntries));
+    int steps = 0;
+    for (uint32_t b = 0; b < HalfBuckets::kEntries; ++b) {
+      if ((b & 0x7FFF) > 0x3F80) continue;  // beyond +-1.0f
+      const uint32_t split = static_cast<uint32_t>(cb->half_buckets.entries[b]) & 0xFFFF;
+      steps += split != 0xFFFF;
+      for (uint32_t key : {0u, split, std::min(split + 1, 0xFFFFu), 0xFFFFu, uint32_t(rng() & 0xFFFF)}) {
+        const uint32_t bits = b << HalfBuckets::kShift | key;
+        ASSERT_EQ(HalfBucketCode(*cb, bits), NearestCode(*cb, BitsToFloat(bits))) << std::hex << "bits " << bits;
+      }
+    }
+    // Most of the 255 midpoints fall inside a bucket (the rest at a bucket's end, where no split is needed).
+    EXPECT_GT(steps, 230);
+  }
+}
+
+TEST(HalfBuckets, EmptyWhenABucketHoldsTwoMidpoints) {
+  std::vector<float> code = UniformCodebook();
+  code[0] = 0.5f + 1e-5f;  // 0.5, 0.50001 and 0.50787 in one bucket's reach: two midpoints within 2^-8
+  code[1] = 0.5f + 2e-5f;
+  auto cb = PrepareCodebook(code.data(), 256);
+  ASSERT_TRUE(cb.ok());
+  EXPECT_TRUE(cb->half_buckets.entries.empty());
 }
 
 }  // namespace
