@@ -24,16 +24,18 @@ const uint8_t* Bf16Codes::BuildOnce(int mantissa, Fill fill) const {
   return table;
 }
 
-// Every (sign, d, mantissa) for absmax 1.m * 2^0, laid out as Index lays them out. Entries above the absmax
-// (d = 0 with a larger mantissa) are never looked up; they hold the code of the absmax.
+// Every (sign, d, mantissa) for absmax 1.m * 2^0, laid out as Index lays them out: position 2 * (row * 128 + m) +
+// sign, row = rows - 1 - d. Entries above the absmax (d = 0 with a larger mantissa) are never looked up; they hold
+// the code of the absmax.
 const uint8_t* Bf16Codes::Build(int mantissa, Fill fill) const {
-  const int64_t half = int64_t{rows_} * 128, entries = 2 * half;
+  const int64_t entries = int64_t{2} * rows_ * 128;
   const float amax = 1.0f + static_cast<float>(mantissa) / 128.0f;
   std::vector<float> x(entries);
   for (int64_t j = 0; j < entries; ++j) {
-    const int d = static_cast<int>(j % half / 128), m = 127 - static_cast<int>(j % 128);
+    const int64_t r = j / 2;
+    const int d = rows_ - 1 - static_cast<int>(r / 128), m = static_cast<int>(r % 128);
     const float magnitude = std::min(std::ldexp(1.0f + static_cast<float>(m) / 128.0f, -d), amax);
-    x[j] = j < half ? magnitude : -magnitude;
+    x[j] = j % 2 == 0 ? magnitude : -magnitude;
   }
   auto table = std::make_unique<uint8_t[]>(entries);
   fill(amax, x.data(), entries, table.get());

@@ -154,21 +154,17 @@ HWY_INLINE void PrefetchElements(const void* x, int64_t i, int64_t n) {
 // Bf16Codes::Index for the elements of blocks with one absmax, a vector of bfloat16 bits at a time.
 struct Bf16IndexRule {
   using D16 = hn::ScalableTag<uint16_t>;
-  hn::Vec<D16> top, last, negative;
+  hn::Vec<D16> bottom2;
 
   Bf16IndexRule(uint16_t amax_bits, int rows)
-      : top(hn::Set(D16(), static_cast<uint16_t>(amax_bits | 0x7F))),
-        last(hn::Set(D16(), static_cast<uint16_t>(rows * 128 - 1))),
-        negative(hn::Set(D16(), static_cast<uint16_t>(rows * 128))) {}
+      : bottom2(hn::Set(D16(), static_cast<uint16_t>(2 * Bf16Codes::Bottom(amax_bits, rows)))) {}
 
   // Stores the indices of the Lanes(D16) values at x to index.
   HWY_INLINE void Store(const uint16_t* x, uint16_t* index) const {
     const D16 d16;
-    const hn::RebindToSigned<D16> di16;
     const auto h = hn::LoadU(d16, x);
-    const auto j = hn::Min(hn::Sub(top, hn::And(h, hn::Set(d16, 0x7FFF))), last);
-    const auto sign = hn::BitCast(d16, hn::ShiftRight<15>(hn::BitCast(di16, h)));  // all ones when negative
-    hn::StoreU(hn::Add(j, hn::And(sign, negative)), d16, index);
+    const auto magnitude_and_sign = hn::Or(hn::Add(h, h), hn::ShiftRight<15>(h));  // Add(h, h) drops the sign
+    hn::StoreU(hn::SaturatedSub(magnitude_and_sign, bottom2), d16, index);
   }
 };
 

@@ -32,14 +32,18 @@ TEST(Bf16Codes, DynamicMapRows) {
 }
 
 TEST(Bf16Codes, IndexByHand) {
-  // absmax 1.0 (0x3F80), x = 0.5 (0x3F00): d = 1, mantissa 0, so row 1, position 127.
-  EXPECT_EQ(Bf16Codes::Index(0x3F80, 24, 0x3F00), 1 * 128 + 127);
-  EXPECT_EQ(Bf16Codes::Index(0x3F80, 24, 0xBF00), 24 * 128 + 1 * 128 + 127);
-  // x = absmax: row 0, position 127 - mantissa.
-  EXPECT_EQ(Bf16Codes::Index(0x3FC0, 24, 0x3FC0), 127 - 0x40);
-  // Zero and far smaller values share the last position of the table half.
-  EXPECT_EQ(Bf16Codes::Index(0x3F80, 24, 0x0000), 24 * 128 - 1);
-  EXPECT_EQ(Bf16Codes::Index(0x3F80, 24, 0x8001), 2 * 24 * 128 - 1);
+  // absmax 1.0 (0x3F80), 24 rows: the last row starts at 2^(0 - 23), magnitude bits 0x3F80 - 23 * 128 = 0x3400.
+  // x = 0.5 (0x3F00): d = 1, so row 22, mantissa 0; positive at 2 * (22 * 128), negative one further.
+  EXPECT_EQ(Bf16Codes::Index(0x3F80, 24, 0x3F00), 2 * (22 * 128));
+  EXPECT_EQ(Bf16Codes::Index(0x3F80, 24, 0xBF00), 2 * (22 * 128) + 1);
+  // x = absmax = 1.5 (0x3FC0): row 23, mantissa 0x40.
+  EXPECT_EQ(Bf16Codes::Index(0x3FC0, 24, 0x3FC0), 2 * (23 * 128 + 0x40));
+  EXPECT_EQ(Bf16Codes::Index(0x3FFF, 24, 0xBFFF), 2 * 24 * 128 - 1);  // the last position
+  // Zero and far smaller values, of either sign, share position 0.
+  EXPECT_EQ(Bf16Codes::Index(0x3F80, 24, 0x0000), 0);
+  EXPECT_EQ(Bf16Codes::Index(0x3F80, 24, 0x8001), 0);
+  EXPECT_EQ(Bf16Codes::Index(0x3F80, 24, 0xB3FF), 0);  // just below the last row
+  EXPECT_EQ(Bf16Codes::Index(0x3F80, 24, 0xB400), 1);  // its first negative entry
 }
 
 TEST(Bf16Codes, TableHoldsTheCodesOfItsQuotients) {
