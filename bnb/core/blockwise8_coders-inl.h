@@ -277,31 +277,24 @@ struct TopSegmentCoder {
 // scalar load, assembled in a vector (Zen 3's gathers, and the emulated ones below AVX2, are slower), then one
 // compare and a shift. Every value must lie in [-1, 1]. q must not have been stored just before: see LookupCodes16.
 HWY_INLINE VI HalfBucketCodes(const int32_t* entries, const uint32_t* q) {
-  const auto at = [entries, q](int k) {
-    uint32_t w;
-    std::memcpy(&w, q + k, sizeof(w));
-    return entries[w >> HalfBuckets::kShift];
-  };
-#if HWY_TARGET == HWY_AVX2
-  __m128i a = _mm_cvtsi32_si128(at(0));
-  a = _mm_insert_epi32(a, at(1), 1);
-  a = _mm_insert_epi32(a, at(2), 2);
-  a = _mm_insert_epi32(a, at(3), 3);
-  __m128i b = _mm_cvtsi32_si128(at(4));
-  b = _mm_insert_epi32(b, at(5), 1);
-  b = _mm_insert_epi32(b, at(6), 2);
-  b = _mm_insert_epi32(b, at(7), 3);
-  const VI e{_mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1)};
-#elif HWY_TARGET == HWY_SSE4
-  __m128i a = _mm_cvtsi32_si128(at(0));
-  a = _mm_insert_epi32(a, at(1), 1);
-  a = _mm_insert_epi32(a, at(2), 2);
-  a = _mm_insert_epi32(a, at(3), 3);
-  const VI e{a};
-#else  // SSSE3 has no pinsrd
+  const auto at = [entries, q](int k) { return entries[LoadWord(q + k) >> HalfBuckets::kShift]; };
+#if HWY_TARGET == HWY_SSSE3  // no pinsrd
   const __m128i a01 = _mm_unpacklo_epi32(_mm_cvtsi32_si128(at(0)), _mm_cvtsi32_si128(at(1)));
   const __m128i a23 = _mm_unpacklo_epi32(_mm_cvtsi32_si128(at(2)), _mm_cvtsi32_si128(at(3)));
   const VI e{_mm_unpacklo_epi64(a01, a23)};
+#else
+  // Entries k0 .. k0 + 3 in a 128-bit vector.
+  const auto four = [&](int k0) {
+    __m128i v = _mm_cvtsi32_si128(at(k0));
+    v = _mm_insert_epi32(v, at(k0 + 1), 1);
+    v = _mm_insert_epi32(v, at(k0 + 2), 2);
+    return _mm_insert_epi32(v, at(k0 + 3), 3);
+  };
+#if HWY_TARGET == HWY_AVX2
+  const VI e{_mm256_inserti128_si256(_mm256_castsi128_si256(four(0)), four(4), 1)};
+#else
+  const VI e{four(0)};
+#endif
 #endif
   const DI di;
   const auto low16 = hn::Set(di, 0xFFFF);
