@@ -65,6 +65,9 @@ struct BucketCoder {
 
 #if HWY_TARGET != HWY_SCALAR
 // Four vectors of int32 codes as bytes, lanes in order, values below 0 saturating to 0.
+// kStream: out is vector aligned and written by one streaming store (the x86 targets, which assemble the bytes in
+// one vector).
+template <bool kStream = false>
 HWY_INLINE void StoreBytes4(VI c0, VI c1, VI c2, VI c3, uint8_t* out) {
 #if HWY_TARGET == HWY_AVX2
   // Two saturating packs leave the 4-byte groups interleaved by 128-bit half; one permute orders them.
@@ -72,8 +75,21 @@ HWY_INLINE void StoreBytes4(VI c0, VI c1, VI c2, VI c3, uint8_t* out) {
   const __m256i c23 = _mm256_packs_epi32(c2.raw, c3.raw);
   const __m256i bytes = _mm256_packus_epi16(c01, c23);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permutevar8x32_epi32(bytes, order));
+  const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, order);
+  if constexpr (kStream) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out), ordered);
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), ordered);
+  }
+#elif HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3
+  const __m128i bytes = _mm_packus_epi16(_mm_packs_epi32(c0.raw, c1.raw), _mm_packs_epi32(c2.raw, c3.raw));
+  if constexpr (kStream) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out), bytes);
+  } else {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), bytes);
+  }
 #else
+  static_assert(!kStream, "streaming needs the x86 assembly of the 4 vectors' bytes");
   const DU8 du8;
   const size_t N = hn::Lanes(DF());
   hn::StoreU(hn::DemoteTo(du8, c0), du8, out);

@@ -246,22 +246,25 @@ TEST_P(EveryIsa, LargeAlignedOutputsEqualScalar) {
   }
 }
 
-// Quantizing bfloat16 input of 64 MB and more moved into 64-byte aligned codes streams the codes of the blocks coded
-// by table; blocks that are searched (zeros, NaN, inf among the special values) store theirs plainly in between.
+// Quantizing input of 64 MB and more moved into 64-byte aligned codes streams the codes: bfloat16's of the blocks
+// coded by table (blocks that are searched - zeros, NaN, inf among the special values - store theirs plainly in
+// between), float32's and float16's of whole groups of four vectors (HalfBuckets on x86).
 TEST_P(EveryIsa, LargeAlignedCodesEqualScalar) {
   const PreparedCodebook cb = DynamicCodebook();
-  const int64_t n = (int64_t{64} << 20) / 3 + 1001;
-  static const auto x = Encode(DType::kBFloat16, TestData(n, 11, /*specials=*/true));
-  for (int64_t bs : {int64_t{64}, int64_t{4096}}) {
-    SCOPED_TRACE(testing::Message() << "blocksize " << bs);
-    const Blockwise8Range r{n, bs, 0, NumBlocks(n, bs)};
-    tests::Aligned64 codes(static_cast<size_t>(n));
-    std::vector<uint8_t> codes_ref(n);
-    std::vector<float> absmax(r.block_end), absmax_ref(r.block_end);
-    QuantizeBlockwise8(DType::kBFloat16, x.data(), cb, r, codes.data(), absmax.data());
-    QuantizeBlockwise8Scalar(DType::kBFloat16, x.data(), cb, r, codes_ref.data(), absmax_ref.data());
-    ASSERT_EQ(std::memcmp(codes.data(), codes_ref.data(), n), 0);
-    ASSERT_EQ(std::memcmp(absmax.data(), absmax_ref.data(), absmax.size() * sizeof(float)), 0);
+  for (DType dtype : {DType::kBFloat16, DType::kFloat32, DType::kFloat16}) {
+    const int64_t n = (int64_t{64} << 20) / (DTypeSize(dtype) + 1) + 1001;
+    const auto x = Encode(dtype, TestData(n, 11, /*specials=*/true));
+    for (int64_t bs : {int64_t{64}, int64_t{4096}}) {
+      SCOPED_TRACE(testing::Message() << DTypeName(dtype) << ", blocksize " << bs);
+      const Blockwise8Range r{n, bs, 0, NumBlocks(n, bs)};
+      tests::Aligned64 codes(static_cast<size_t>(n));
+      std::vector<uint8_t> codes_ref(n);
+      std::vector<float> absmax(r.block_end), absmax_ref(r.block_end);
+      QuantizeBlockwise8(dtype, x.data(), cb, r, codes.data(), absmax.data());
+      QuantizeBlockwise8Scalar(dtype, x.data(), cb, r, codes_ref.data(), absmax_ref.data());
+      ASSERT_EQ(std::memcmp(codes.data(), codes_ref.data(), n), 0);
+      ASSERT_EQ(std::memcmp(absmax.data(), absmax_ref.data(), absmax.size() * sizeof(float)), 0);
+    }
   }
 }
 
