@@ -162,6 +162,14 @@ struct Bf16IndexRule {
 
   // Stores the indices of the Lanes(D16) values at x to index.
   HWY_INLINE void Store(const uint16_t* x, uint16_t* index) const {
+#if HWY_TARGET == HWY_SCALAR
+    // In 16-bit arithmetic, which GCC packs across a chunk's unrolled calls into SSE2 code; Highway's one-lane
+    // SaturatedSub it widened to 32 bits (8-bit bfloat16 quantize 0.53 -> 0.64 ns per element; this: 0.55).
+    const uint16_t m = static_cast<uint16_t>(x[0] << 1 | x[0] >> 15), b = hn::GetLane(bottom2);
+    const uint16_t d = static_cast<uint16_t>(m - b);
+    index[0] = m >= b ? d : uint16_t{0};
+    return;
+#endif
     const D16 d16;
     const auto h = hn::LoadU(d16, x);
     const auto magnitude_and_sign = hn::Or(hn::Add(h, h), hn::ShiftRight<15>(h));  // Add(h, h) drops the sign
