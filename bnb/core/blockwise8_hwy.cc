@@ -26,6 +26,18 @@ namespace hn = hwy::HWY_NAMESPACE;
 // The targets that look codes up by scalar loads (LookupLanes, HalfBucketCodes); evaluated per target, where used.
 #define BNB_SCALAR_LOAD_LOOKUPS (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3)
 
+// run(std::true_type{}) and then the fence streaming stores need when `stream`, else run(std::false_type{}): the
+// kernels take kStream as that argument's value.
+template <class Run>
+HWY_INLINE void RunStreamedIf(bool stream, const Run& run) {
+  if (stream) {
+    run(std::true_type{});
+    hwy::FlushStream();
+  } else {
+    run(std::false_type{});
+  }
+}
+
 // Codes of block [lo, hi) of x, whose absmax is amax, by `coder` (and the scalar rule for the last elements);
 // `prefetch`: also bring in the elements one block on, which the caller reads next.
 template <DType kT, class Coder>
@@ -247,12 +259,9 @@ void QuantizeWith(const void* x, const Coder& coder, const Blockwise8Range& r, u
   if constexpr (kT == DType::kBFloat16) {
     if (coder.cb.bf16_codes != nullptr) {
       const auto* x16 = static_cast<const uint16_t*>(x);
-      if (StreamableOutput(codes, r.n * (DTypeSize(kT) + 1))) {
-        QuantizeBf16Pipelined<true>(x16, coder, r, codes, absmax);
-        hwy::FlushStream();
-      } else {
-        QuantizeBf16Pipelined<false>(x16, coder, r, codes, absmax);
-      }
+      RunStreamedIf(StreamableOutput(codes, r.n * (DTypeSize(kT) + 1)), [&](auto stream) {
+        QuantizeBf16Pipelined<decltype(stream)::value>(x16, coder, r, codes, absmax);
+      });
       return;
     }
   }
@@ -265,12 +274,9 @@ void QuantizeT(const void* x, const PreparedCodebook& cb, const Blockwise8Range&
 #if BNB_SCALAR_LOAD_LOOKUPS
   if constexpr (kT != DType::kBFloat16) {
     if (!cb.half_buckets.entries.empty()) {
-      if (StreamableOutput(codes, r.n * (DTypeSize(kT) + 1))) {
-        QuantizeBlocksByHalfBuckets<kT, true>(x, cb, r, codes, absmax);
-        hwy::FlushStream();
-        return;
-      }
-      return QuantizeBlocksByHalfBuckets<kT, false>(x, cb, r, codes, absmax);
+      return RunStreamedIf(StreamableOutput(codes, r.n * (DTypeSize(kT) + 1)), [&](auto stream) {
+        QuantizeBlocksByHalfBuckets<kT, decltype(stream)::value>(x, cb, r, codes, absmax);
+      });
     }
   }
 #endif
@@ -451,21 +457,15 @@ void DequantizeT(const uint8_t* codes, const float* absmax, const PreparedCodebo
   if constexpr (kT != DType::kFloat32) {
     if (r.blocksize >= kOutputTableFrom) {
       // Whole 16-byte vectors from 64-byte aligned block starts: streamable whenever the output is.
-      if (StreamableOutput(out, r.n * (DTypeSize(kT) + 1))) {
-        DequantizeBlocksByTable<kT, true>(codes, absmax, cb, r, out);
-        hwy::FlushStream();
-        return;
-      }
-      return DequantizeBlocksByTable<kT, false>(codes, absmax, cb, r, out);
+      return RunStreamedIf(StreamableOutput(out, r.n * (DTypeSize(kT) + 1)), [&](auto stream) {
+        DequantizeBlocksByTable<kT, decltype(stream)::value>(codes, absmax, cb, r, out);
+      });
     }
   }
 #endif
-  if (UseStreamingStores<kT>(out, r.n)) {
-    DequantizeBlocks<kT, true>(codes, absmax, cb, r, out);
-    hwy::FlushStream();
-    return;
-  }
-  DequantizeBlocks<kT, false>(codes, absmax, cb, r, out);
+  RunStreamedIf(UseStreamingStores<kT>(out, r.n), [&](auto stream) {
+    DequantizeBlocks<kT, decltype(stream)::value>(codes, absmax, cb, r, out);
+  });
 }
 
 void Quantize(DType dtype, const void* x, const PreparedCodebook& cb, const Blockwise8Range& r, uint8_t* codes,
