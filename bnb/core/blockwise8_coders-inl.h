@@ -293,18 +293,15 @@ struct TopSegmentCoder {
 // scalar load, assembled in a vector (Zen 3's gathers, and the emulated ones below AVX2, are slower), then one
 // compare and a shift. Every value must lie in [-1, 1]. q must not have been stored just before: see LookupCodes16.
 HWY_INLINE VI HalfBucketCodes(const int32_t* entries, const uint32_t* q) {
-  const auto at = [entries, q](int k) { return entries[LoadWord(q + k) >> HalfBuckets::kShift]; };
+  const auto bucket = [q](int k) { return LoadWord(q + k) >> HalfBuckets::kShift; };
 #if HWY_TARGET == HWY_SSSE3  // no pinsrd
-  const __m128i a01 = _mm_unpacklo_epi32(_mm_cvtsi32_si128(at(0)), _mm_cvtsi32_si128(at(1)));
-  const __m128i a23 = _mm_unpacklo_epi32(_mm_cvtsi32_si128(at(2)), _mm_cvtsi32_si128(at(3)));
+  const auto at = [&](int k) { return _mm_cvtsi32_si128(entries[bucket(k)]); };
+  const __m128i a01 = _mm_unpacklo_epi32(at(0), at(1));
+  const __m128i a23 = _mm_unpacklo_epi32(at(2), at(3));
   const VI e{_mm_unpacklo_epi64(a01, a23)};
 #else
-  // Entries k0 .. k0 + 3 in a 128-bit vector.
   const auto four = [&](int k0) {
-    __m128i v = _mm_cvtsi32_si128(at(k0));
-    v = _mm_insert_epi32(v, at(k0 + 1), 1);
-    v = _mm_insert_epi32(v, at(k0 + 2), 2);
-    return _mm_insert_epi32(v, at(k0 + 3), 3);
+    return LoadInsert4(entries, bucket(k0), bucket(k0 + 1), bucket(k0 + 2), bucket(k0 + 3));
   };
 #if HWY_TARGET == HWY_AVX2
   const VI e{_mm256_inserti128_si256(_mm256_castsi128_si256(four(0)), four(4), 1)};

@@ -26,6 +26,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 // The targets that look codes up by scalar loads (LookupLanes, HalfBucketCodes); evaluated per target, where used.
 #define BNB_SCALAR_LOAD_LOOKUPS (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3)
 
+// StreamableOutput for an 8-bit op over n elements of kT: it moves their n * size bytes and n codes.
+template <DType kT>
+HWY_INLINE bool StreamableOutput8(const void* out, int64_t n) {
+  return StreamableOutput(out, n * (DTypeSize(kT) + 1));
+}
+
 // run(std::true_type{}) and then the fence streaming stores need when `stream`, else run(std::false_type{}): the
 // kernels take kStream as that argument's value.
 template <class Run>
@@ -72,14 +78,23 @@ HWY_INLINE void CodeBlock(const void* x, const Coder& coder, int64_t lo, int64_t
   for (; i < hi; ++i) codes[i] = NearestCode(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax));
 }
 
-template <DType kT, class Coder>
-void QuantizeBlocks(const void* x, const Coder& coder, const Blockwise8Range& r, uint8_t* codes, float* absmax) {
+// For each block [lo, hi) of r: its absmax into absmax[b], then code(lo, hi, absmax[b], more), `more` when another
+// block of the range follows (whose elements the coder may prefetch).
+template <DType kT, class Code>
+HWY_INLINE void QuantizeEachBlock(const void* x, const Blockwise8Range& r, float* absmax, const Code& code) {
   for (int64_t b = r.block_begin; b < r.block_end; ++b) {
     const int64_t lo = b * r.blocksize;
     const int64_t hi = std::min(lo + r.blocksize, r.n);
     absmax[b] = BlockAbsmax<kT>(x, lo, hi);
-    CodeBlock<kT>(x, coder, lo, hi, r.blocksize, absmax[b], b + 1 < r.block_end, codes);
+    code(lo, hi, absmax[b], b + 1 < r.block_end);
   }
+}
+
+template <DType kT, class Coder>
+void QuantizeBlocks(const void* x, const Coder& coder, const Blockwise8Range& r, uint8_t* codes, float* absmax) {
+  QuantizeEachBlock<kT>(x, r, absmax, [&](int64_t lo, int64_t hi, float amax, bool more) {
+    CodeBlock<kT>(x, coder, lo, hi, r.blocksize, amax, more, codes);
+  });
 }
 
 #if BNB_SCALAR_LOAD_LOOKUPS
@@ -143,12 +158,9 @@ HWY_INLINE void CodeBlockByHalfBuckets(const void* x, const PreparedCodebook& cb
 template <DType kT, bool kStream>
 void QuantizeBlocksByHalfBuckets(const void* x, const PreparedCodebook& cb, const Blockwise8Range& r,
                                  uint8_t* codes, float* absmax) {
-  for (int64_t b = r.block_begin; b < r.block_end; ++b) {
-    const int64_t lo = b * r.blocksize;
-    const int64_t hi = std::min(lo + r.blocksize, r.n);
-    absmax[b] = BlockAbsmax<kT>(x, lo, hi);
-    CodeBlockByHalfBuckets<kT, kStream>(x, cb, lo, hi, r.blocksize, absmax[b], b + 1 < r.block_end, codes + lo);
-  }
+  QuantizeEachBlock<kT>(x, r, absmax, [&](int64_t lo, int64_t hi, float amax, bool more) {
+    CodeBlockByHalfBuckets<kT, kStream>(x, cb, lo, hi, r.blocksize, amax, more, codes + lo);
+  });
 }
 #endif
 
@@ -259,7 +271,7 @@ void QuantizeWith(const void* x, const Coder& coder, const Blockwise8Range& r, u
   if constexpr (kT == DType::kBFloat16) {
     if (coder.cb.bf16_codes != nullptr) {
       const auto* x16 = static_cast<const uint16_t*>(x);
-      RunStreamedIf(StreamableOutput(codes, r.n * (DTypeSize(kT) + 1)), [&](auto stream) {
+      RunStreamedIf(StreamableOutput8<kT>(codes, r.n), [&](auto stream) {
         QuantizeBf16Pipelined<decltype(stream)::value>(x16, coder, r, codes, absmax);
       });
       return;
@@ -274,7 +286,7 @@ void QuantizeT(const void* x, const PreparedCodebook& cb, const Blockwise8Range&
 #if BNB_SCALAR_LOAD_LOOKUPS
   if constexpr (kT != DType::kBFloat16) {
     if (!cb.half_buckets.entries.empty()) {
-      return RunStreamedIf(StreamableOutput(codes, r.n * (DTypeSize(kT) + 1)), [&](auto stream) {
+      return RunStreamedIf(StreamableOutput8<kT>(codes, r.n), [&](auto stream) {
         QuantizeBlocksByHalfBuckets<kT, decltype(stream)::value>(x, cb, r, codes, absmax);
       });
     }
@@ -305,10 +317,7 @@ HWY_INLINE VF LookupLanes(const float* t, const uint8_t* codes) {
 #else
   const int32_t* entries = reinterpret_cast<const int32_t*>(t);
   const auto four = [entries](uint32_t w) {
-    __m128i v = _mm_cvtsi32_si128(entries[w & 0xFF]);
-    v = _mm_insert_epi32(v, entries[(w >> 8) & 0xFF], 1);
-    v = _mm_insert_epi32(v, entries[(w >> 16) & 0xFF], 2);
-    return _mm_insert_epi32(v, entries[w >> 24], 3);
+    return LoadInsert4(entries, w & 0xFF, (w >> 8) & 0xFF, (w >> 16) & 0xFF, w >> 24);
   };
 #if HWY_TARGET == HWY_AVX2
   return VF{_mm256_castsi256_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(four(LoadWord(codes))),
@@ -347,7 +356,7 @@ HWY_INLINE VF CodeValues(const PreparedCodebook& cb, const uint8_t* codes) {
 template <DType kT>
 HWY_INLINE bool UseStreamingStores(const void* out, int64_t n) {
   constexpr int64_t kSize = DTypeSize(kT);
-  return kT != DType::kFloat16 && kSize * static_cast<int64_t>(kN) >= 16 && StreamableOutput(out, n * (kSize + 1));
+  return kT != DType::kFloat16 && kSize * static_cast<int64_t>(kN) >= 16 && StreamableOutput8<kT>(out, n);
 }
 
 // Elements [lo, hi) of one block. kNoNaN: the block's absmax is finite, so no product is NaN (codebook values
@@ -467,7 +476,7 @@ void DequantizeT(const uint8_t* codes, const float* absmax, const PreparedCodebo
   if constexpr (kT != DType::kFloat32) {
     if (r.blocksize >= kOutputTableFrom) {
       // Whole 16-byte vectors from 64-byte aligned block starts: streamable whenever the output is.
-      return RunStreamedIf(StreamableOutput(out, r.n * (DTypeSize(kT) + 1)), [&](auto stream) {
+      return RunStreamedIf(StreamableOutput8<kT>(out, r.n), [&](auto stream) {
         DequantizeBlocksByTable<kT, decltype(stream)::value>(codes, absmax, cb, r, out);
       });
     }
