@@ -5,9 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "bnb/core/cpu_isa.h"
 #include "bnb/core/dtype.h"
 
 namespace bnb::bench {
@@ -16,6 +21,42 @@ namespace bnb::bench {
 // which shows the cost of a kernel's arithmetic alone.
 inline constexpr int64_t kStreamedLength = int64_t{1} << 24;
 inline constexpr int64_t kCachedLength = int64_t{1} << 16;
+
+// The command line of a core benchmark: the instruction sets to time (default: every one available), and
+// `--rounds N`, the best of how many timed rounds each figure is (default 5; more for A/B runs on a noisy machine).
+struct Args {
+  std::vector<std::string> isas;
+  int rounds = 5;
+
+  bool Wants(const std::string& isa) const {
+    return isas.empty() || std::find(isas.begin(), isas.end(), isa) != isas.end();
+  }
+};
+
+// Args from argv; nullopt, after printing what is wrong to stderr, for an unknown instruction set or a bad --rounds.
+inline std::optional<Args> ParseArgs(int argc, char** argv) {
+  Args args;
+  const std::vector<std::string> available = core::AvailableIsas();
+  for (int k = 1; k < argc; ++k) {
+    const std::string arg = argv[k];
+    if (arg == "--rounds") {
+      args.rounds = k + 1 < argc ? std::atoi(argv[++k]) : 0;
+      if (args.rounds < 1) {
+        std::fprintf(stderr, "--rounds takes a positive count\n");
+        return std::nullopt;
+      }
+    } else if (std::find(available.begin(), available.end(), arg) != available.end()) {
+      args.isas.push_back(arg);
+    } else {
+      std::string names;
+      for (const std::string& isa : available) names += " " + isa;
+      std::fprintf(stderr, "unknown argument '%s': expected --rounds N or an instruction set of this CPU:%s\n",
+                   arg.c_str(), names.c_str());
+      return std::nullopt;
+    }
+  }
+  return args;
+}
 
 // The best of `rounds` wall times of fn(), in nanoseconds.
 template <class Fn>

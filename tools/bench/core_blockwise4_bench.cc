@@ -1,5 +1,6 @@
 // Single-thread speed of the core 4-bit kernels on every instruction set, without torch: quantize / dequantize in
-// ns per element, and gemv (one token times an N x K 4-bit weight) in microseconds per call.
+// ns per element, and gemv (one token times an N x K 4-bit weight) in microseconds per call. Arguments: see
+// bnb::bench::ParseArgs (e.g. `avx2 --rounds 15`).
 #include <cstdio>
 #include <random>
 #include <string>
@@ -10,8 +11,10 @@
 #include "bnb/core/gemv4.h"
 #include "tools/bench/core_bench.h"
 
-int main() {
+int main(int argc, char** argv) {
   using namespace bnb::core;
+  const std::optional<bnb::bench::Args> args = bnb::bench::ParseArgs(argc, argv);
+  if (!args) return 2;
   using bnb::bench::BestNs;
   const int64_t n = bnb::bench::kStreamedLength;
   std::mt19937 rng(0);
@@ -31,11 +34,12 @@ int main() {
     std::printf("%-8s %5s %11s %11s %11s %11s %11s\n", "isa", "bs", "quant f32", "quant bf16", "quant fp4",
                 "deq f32", "deq bf16");
     for (const std::string& isa : AvailableIsas()) {
+      if (!args->Wants(isa)) continue;
       if (!SetIsaCap(isa).ok()) return 1;
       for (int64_t bs : {64, 4096}) {
         const Blockwise4Range r{len, bs, 0, NumBlocks(len, bs)};
         const auto per_elem = [&](const auto& fn) {
-          return BestNs([&] { for (int k = 0; k < reps; ++k) fn(); }) / n;
+          return BestNs([&] { for (int k = 0; k < reps; ++k) fn(); }, args->rounds) / n;
         };
         const double q32 = per_elem([&] { QuantizeBlockwise4(DType::kFloat32, x.data(), Quant4::kNF4, r, packed.data(), absmax.data()); });
         const double q16 = per_elem([&] { QuantizeBlockwise4(DType::kBFloat16, xb.data(), Quant4::kNF4, r, packed.data(), absmax.data()); });
@@ -77,9 +81,10 @@ int main() {
     }
     const double bytes = static_cast<double>(wq.size() + wabs.size() * 4);
     for (const std::string& isa : AvailableIsas()) {
+      if (!args->Wants(isa)) continue;
       if (!SetIsaCap(isa).ok()) return 1;
-      const double t32 = BestNs([&] { Gemv4(DType::kFloat32, a.data(), wq.data(), wabs.data(), nf4, s.n, s.k, bs, y.data(), 0, s.n); });
-      const double t16 = BestNs([&] { Gemv4(DType::kBFloat16, ab.data(), wq.data(), wabs.data(), nf4, s.n, s.k, bs, yb.data(), 0, s.n); });
+      const double t32 = BestNs([&] { Gemv4(DType::kFloat32, a.data(), wq.data(), wabs.data(), nf4, s.n, s.k, bs, y.data(), 0, s.n); }, args->rounds);
+      const double t16 = BestNs([&] { Gemv4(DType::kBFloat16, ab.data(), wq.data(), wabs.data(), nf4, s.n, s.k, bs, yb.data(), 0, s.n); }, args->rounds);
       std::printf("%-8s %6lld x %5lld %9.0f %9.0f %12.2f\n", isa.c_str(), static_cast<long long>(s.n),
                   static_cast<long long>(s.k), t32 / 1e3, t16 / 1e3, bytes / t32);
     }

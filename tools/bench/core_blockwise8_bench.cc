@@ -1,6 +1,6 @@
 // Single-thread speed of the core blockwise 8-bit kernels on every instruction set, without torch: the figure
 // that tells kernel cost apart from threading and allocation. Prints ns per element, streamed from memory and in
-// cache.
+// cache. Arguments: see bnb::bench::ParseArgs (e.g. `avx2 --rounds 15`).
 #include <cstdio>
 #include <random>
 #include <string>
@@ -10,8 +10,10 @@
 #include "bnb/core/cpu_isa.h"
 #include "tools/bench/core_bench.h"
 
-int main() {
+int main(int argc, char** argv) {
   using namespace bnb::core;
+  const std::optional<bnb::bench::Args> args = bnb::bench::ParseArgs(argc, argv);
+  if (!args) return 2;
   using bnb::bench::BestNs;
   const int64_t n = bnb::bench::kStreamedLength, bs = 4096;
   std::mt19937 rng(0);
@@ -28,9 +30,10 @@ int main() {
     std::printf("%-8s %14s %14s %14s %14s\n", "isa", "quant f32", "quant bf16", "dequant f32", "dequant bf16");
     const Blockwise8Range r{len, bs, 0, NumBlocks(len, bs)};
     const auto per_elem = [&](const auto& fn) {
-      return BestNs([&] { for (int64_t k = 0; k < reps; ++k) fn(); }) / static_cast<double>(n);
+      return BestNs([&] { for (int64_t k = 0; k < reps; ++k) fn(); }, args->rounds) / static_cast<double>(n);
     };
     for (const std::string& isa : AvailableIsas()) {
+      if (!args->Wants(isa)) continue;
       if (!SetIsaCap(isa).ok()) return 1;
       const double q32 = per_elem([&] { QuantizeBlockwise8(DType::kFloat32, in.f32.data(), *cb, r, codes.data(), absmax.data()); });
       const double q16 = per_elem([&] { QuantizeBlockwise8(DType::kBFloat16, in.bf16.data(), *cb, r, codes.data(), absmax.data()); });
