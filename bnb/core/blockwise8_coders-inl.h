@@ -293,15 +293,21 @@ struct TopSegmentCoder {
 // scalar load, assembled in a vector (Zen 3's gathers, and the emulated ones below AVX2, are slower), then one
 // compare and a shift. Every value must lie in [-1, 1]. q must not have been stored just before: see LookupCodes16.
 HWY_INLINE VI HalfBucketCodes(const int32_t* entries, const uint32_t* q) {
-  const auto bucket = [q](int k) { return LoadWord(q + k) >> HalfBuckets::kShift; };
 #if HWY_TARGET == HWY_SSSE3  // no pinsrd
+  const auto bucket = [q](int k) { return LoadWord(q + k) >> HalfBuckets::kShift; };
   const auto at = [&](int k) { return _mm_cvtsi32_si128(entries[bucket(k)]); };
   const __m128i a01 = _mm_unpacklo_epi32(at(0), at(1));
   const __m128i a23 = _mm_unpacklo_epi32(at(2), at(3));
   const VI e{_mm_unpacklo_epi64(a01, a23)};
 #else
+  // Buckets two to a 64-bit load, split in general registers: fewer loads, which bound the lookups once the
+  // divisions overlap them (CodeBlockByHalfBuckets). AVX2, in cache, ns per element: interleaved stages with
+  // 32-bit loads 0.43-0.44, with these 0.39; without interleaving these ran 3% slower than 32-bit loads.
   const auto four = [&](int k0) {
-    return LoadInsert4(entries, bucket(k0), bucket(k0 + 1), bucket(k0 + 2), bucket(k0 + 3));
+    const uint64_t w01 = LoadPair(q + k0), w23 = LoadPair(q + k0 + 2);
+    constexpr int kHigh = 32 + HalfBuckets::kShift;
+    return LoadInsert4(entries, static_cast<uint32_t>(w01) >> HalfBuckets::kShift, static_cast<uint32_t>(w01 >> kHigh),
+                       static_cast<uint32_t>(w23) >> HalfBuckets::kShift, static_cast<uint32_t>(w23 >> kHigh));
   };
 #if HWY_TARGET == HWY_AVX2
   const VI e{_mm256_inserti128_si256(_mm256_castsi128_si256(four(0)), four(4), 1)};

@@ -98,58 +98,79 @@ void QuantizeBlocks(const void* x, const Coder& coder, const Blockwise8Range& r,
 }
 
 #if BNB_SCALAR_LOAD_LOOKUPS
+// The codes of the 4 * Lanes(DF) quantized values whose bits are at q (HalfBucketCodes) to out. A function, not a
+// lambda: GCC left a lambda out of line (a call per 32 elements).
+template <bool kStream>
+HWY_INLINE void StoreHalfBucketCodes4(const int32_t* entries, const uint32_t* q, uint8_t* out) {
+  constexpr int64_t N = static_cast<int64_t>(kN);
+  StoreBytes4<kStream>(HalfBucketCodes(entries, q), HalfBucketCodes(entries, q + N),
+                       HalfBucketCodes(entries, q + 2 * N), HalfBucketCodes(entries, q + 3 * N), out);
+}
+
 // CodeBlock's work by HalfBuckets, for float32 and float16 blocks: over chunks of kChunk elements, the quotients
-// x / amax of chunk c are stored (their bits) while those of chunk c - kDelay are looked up (HalfBucketCodes), so
-// no lookup reads quotients stored just before. Exact by construction, with no lanes to redo. The lookups, not the
-// divisions, bound it (multiplying instead ran no faster). One thread, float32, blocksize 4096, Zen 3, in cache /
-// from memory, ns per element, against TopSegmentCoder (AVX2) and BucketCoder's emulated gathers (SSE4, SSSE3):
-// AVX2 0.52 / 0.56 -> 0.44 / 0.50, SSE4 0.94 / 0.99 -> 0.64 / 0.67, SSSE3 1.19 / 1.24 -> 0.93 / 0.95; 64M float32
-// elements on 2 threads 19.0-19.3 -> 17.1-17.6 ms. kStream: the codes are StreamableOutput's, and whole groups of
-// four vectors stream (nothing is redone later, unlike TopSegmentCoder's codes): 64M float32 elements on 2 threads,
-// paired rounds, 1.5-3% faster. The caller ends with hwy::FlushStream().
+// x / amax of chunk c are stored (their bits) while those of chunk c - 1 are looked up (HalfBucketCodes), so no
+// lookup reads quotients stored just before. Exact by construction, with no lanes to redo. Both stages run in one
+// loop, four vectors of each per step, so the divider works beside the lookups; stage after stage, chunk by chunk,
+// they had run mostly one after the other (multiplying instead of dividing then ran no faster, and neither did
+// interleaving alone: with 32-bit bucket loads the lookups' loads bound it). One thread, float32, blocksize 4096,
+// Zen 3, from memory / in cache, ns per element, paired runs: AVX2 0.486-0.500 / 0.434-0.440 -> 0.444-0.455 /
+// 0.390-0.393, SSE4 0.59-0.60 / 0.56 -> 0.536-0.539 / 0.486-0.491, SSSE3 0.77-0.78 / 0.74 -> 0.74 / 0.67-0.68.
+// kStream: the codes are StreamableOutput's, and whole groups of four vectors stream (nothing is redone later,
+// unlike TopSegmentCoder's codes; 1.5-3% faster on 2 threads). The caller ends with hwy::FlushStream().
 template <DType kT, bool kStream>
 HWY_INLINE void CodeBlockByHalfBuckets(const void* x, const PreparedCodebook& cb, int64_t lo, int64_t hi,
                                        int64_t blocksize, float amax, bool prefetch, uint8_t* out) {
-  // Chunk lengths measured best: AVX2 128 (64 and 256 ran 4% and 9% slower), SSE4 32 (64: 8% slower).
-  constexpr int64_t kChunk = kN >= 8 ? 128 : 32, kDelay = 2, kRing = 4;
+  // Chunk lengths measured best: AVX2 128 (64 and 256 even or 1-2% slower), SSE4 64 (32: 2% slower).
+  constexpr int64_t kChunk = kN >= 8 ? 128 : 64;
+  constexpr int64_t N = static_cast<int64_t>(kN);  // x86 vectors have a fixed length
+  constexpr int64_t kGroup = 4 * N;
   const DF df;
   const DU32 du32;
-  constexpr int64_t N = static_cast<int64_t>(kN);  // x86 vectors have a fixed length
   int64_t done = 0;
   if (std::isfinite(amax) && amax != 0.0f) {
-    HWY_ALIGN uint32_t q[kRing * kChunk];
+    HWY_ALIGN uint32_t ring[2 * kChunk];  // chunk c's quotient bits at ring + (c % 2) * kChunk
+    // Locals, not captures by reference, for what the loops read: GCC reloaded captures after every store.
     const int32_t* entries = cb.half_buckets.entries.data();
     const VF vscale = hn::Set(df, amax);
+    const char* xb = static_cast<const char*>(x) + lo * DTypeSize(kT);
     const int64_t vec_n = (hi - lo) / N * N;
     const int64_t chunks = (vec_n + kChunk - 1) / kChunk;
-    // Chunk c's quotients and chunk c - kDelay's codes; `whole` (a std::bool_constant): both chunks are kChunk
-    // elements long, so the loops have fixed trip counts.
+    const auto quotients = [vscale, du32](const char* xc, int64_t j, uint32_t* q) {
+      hn::Store(hn::BitCast(du32, hn::Div(LoadF32<kT>(xc, j), vscale)), du32, q + j);
+    };
+    // Chunk c's quotients and chunk c - 1's codes; `whole` (a std::bool_constant): both chunks are kChunk elements
+    // long, so the loops have fixed trip counts.
     const auto step = [&](int64_t c, auto whole) {
-      if (whole || c < chunks) {
-        const int64_t begin = c * kChunk, n = whole ? kChunk : std::min(kChunk, vec_n - begin);
-        uint32_t* qc = q + (c % kRing) * kChunk;
-        if (prefetch) PrefetchElements<kT>(x, lo + begin + blocksize, n);
-        for (int64_t j = 0; j < n; j += N) {
-          hn::Store(hn::BitCast(du32, hn::Div(LoadF32<kT>(x, lo + begin + j), vscale)), du32, qc + j);
+      const int64_t begin = c * kChunk;
+      const char* xc = xb + begin * DTypeSize(kT);
+      uint32_t* q = ring + (c % 2) * kChunk;
+      const uint32_t* q_prev = ring + ((c + 1) % 2) * kChunk;
+      if (prefetch && (whole || c < chunks)) PrefetchElements<kT>(x, lo + begin + blocksize, kChunk);
+      if constexpr (decltype(whole)::value) {
+        uint8_t* o = out + begin - kChunk;
+        for (int64_t j = 0; j < kChunk; j += kGroup) {
+          for (int64_t k = j; k < j + kGroup; k += N) quotients(xc, k, q);
+          StoreHalfBucketCodes4<kStream>(entries, q_prev + j, o + j);
         }
+        return;
       }
-      if (whole || c >= kDelay) {
-        const int64_t begin = (c - kDelay) * kChunk, n = whole ? kChunk : std::min(kChunk, vec_n - begin);
-        const uint32_t* qc = q + ((c - kDelay) % kRing) * kChunk;
-        uint8_t* o = out + begin;
+      if (c < chunks) {
+        const int64_t n = std::min(kChunk, vec_n - begin);
+        for (int64_t j = 0; j < n; j += N) quotients(xc, j, q);
+      }
+      if (c >= 1) {
+        uint8_t* o = out + begin - kChunk;
+        const int64_t n = std::min(kChunk, vec_n - (begin - kChunk));
         int64_t j = 0;
-        for (; j + 4 * N <= n; j += 4 * N) {
-          StoreBytes4<kStream>(HalfBucketCodes(entries, qc + j), HalfBucketCodes(entries, qc + j + N),
-                      HalfBucketCodes(entries, qc + j + 2 * N), HalfBucketCodes(entries, qc + j + 3 * N), o + j);
-        }
-        for (; j < n; j += N) hn::StoreU(hn::DemoteTo(DU8(), HalfBucketCodes(entries, qc + j)), DU8(), o + j);
+        for (; j + kGroup <= n; j += kGroup) StoreHalfBucketCodes4<kStream>(entries, q_prev + j, o + j);
+        for (; j < n; j += N) hn::StoreU(hn::DemoteTo(DU8(), HalfBucketCodes(entries, q_prev + j)), DU8(), o + j);
       }
     };
-    const int64_t whole_end = vec_n / kChunk;  // chunks c with c and c - kDelay both whole: [kDelay, whole_end)
+    const int64_t whole_end = vec_n / kChunk;  // chunks c with c and c - 1 both whole: [1, whole_end)
     int64_t c = 0;
-    for (; c < std::min(kDelay, chunks + kDelay); ++c) step(c, std::false_type{});
+    for (; c < std::min<int64_t>(1, chunks + 1); ++c) step(c, std::false_type{});
     for (; c < whole_end; ++c) step(c, std::true_type{});
-    for (; c < chunks + kDelay; ++c) step(c, std::false_type{});
+    for (; c < chunks + 1; ++c) step(c, std::false_type{});
     done = vec_n;
   }
   for (int64_t k = done; k < hi - lo; ++k) out[k] = NearestCode(cb, ScaleToUnit(LoadAsFloat(kT, x, lo + k), amax));

@@ -184,6 +184,13 @@ HWY_INLINE uint32_t LoadWord(const void* p) {
   std::memcpy(&w, p, sizeof(w));
   return w;
 }
+
+// The 64-bit word at p, unaligned: a pair of 32-bit values, split in general registers.
+HWY_INLINE uint64_t LoadPair(const void* p) {
+  uint64_t w;
+  std::memcpy(&w, p, sizeof(w));
+  return w;
+}
 #endif
 
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4
