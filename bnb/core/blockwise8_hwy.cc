@@ -211,7 +211,11 @@ void QuantizeBf16Pipelined(const uint16_t* x, const Coder& coder, const Blockwis
   // By group number mod 3 (three groups in flight): each block's table (null: coded by `coder`) and absmax bits.
   const uint8_t* table[3][kGroupBlocks];
   uint16_t amax_bits[3][kGroupBlocks];
-  HWY_ALIGN uint16_t index[2][kMaxBlocksize];  // by group number mod 2
+  // By group number mod 2, 2 KB apart modulo 4 KB: the index stage stores to one at the offset where the lookup
+  // stage then loads from the other, and 8 KB apart (the same low 12 bits), such loads wait on those stores' full
+  // addresses (4K aliasing). One thread, blocksize 4096, Zen 3, from memory / in cache: 0.316-0.330 / 0.290-0.299
+  // -> 0.306-0.316 / 0.278-0.283 ns per element.
+  HWY_ALIGN uint16_t index[2][kMaxBlocksize + 1024];
 
   // Block j of group g: its elements [lo, hi), empty when outside the range.
   const auto bounds = [&](int64_t g, int64_t j, int64_t* lo, int64_t* hi) {
