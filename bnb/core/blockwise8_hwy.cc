@@ -110,11 +110,11 @@ HWY_INLINE void StoreHalfBucketCodes4(const int32_t* entries, const uint32_t* q,
 // CodeBlock's work by HalfBuckets, for float32 and float16 blocks: over chunks of kChunk elements, the quotients
 // x / amax of chunk c are stored (their bits) while those of chunk c - 1 are looked up (HalfBucketCodes), so no
 // lookup reads quotients stored just before. Exact by construction, with no lanes to redo. Both stages run in one
-// loop, four vectors of each per step, so the divider works beside the lookups; stage after stage, chunk by chunk,
-// they had run mostly one after the other (multiplying instead of dividing then ran no faster, and neither did
-// interleaving alone: with 32-bit bucket loads the lookups' loads bound it). One thread, float32, blocksize 4096,
-// Zen 3, from memory / in cache, ns per element, paired runs: AVX2 0.486-0.500 / 0.434-0.440 -> 0.444-0.455 /
-// 0.390-0.393, SSE4 0.59-0.60 / 0.56 -> 0.536-0.539 / 0.486-0.491, SSSE3 0.77-0.78 / 0.74 -> 0.74 / 0.67-0.68.
+// loop, four vectors of each per step, so the divisions overlap the lookups, which with HalfBucketCodes' 64-bit
+// bucket loads then bound it (a chunk of divisions, then a chunk of lookups, ran mostly one after the other; each
+// change alone gained nothing). One thread, float32, blocksize 4096, Zen 3, from memory / in cache, ns per element,
+// paired runs: AVX2 0.486-0.500 / 0.434-0.440 -> 0.444-0.455 / 0.390-0.393, SSE4 0.59-0.60 / 0.56 -> 0.536-0.539 /
+// 0.486-0.491, SSSE3 0.77-0.78 / 0.74 -> 0.74 / 0.67-0.68.
 // kStream: the codes are StreamableOutput's, and whole groups of four vectors stream (nothing is redone later,
 // unlike TopSegmentCoder's codes; 1.5-3% faster on 2 threads). The caller ends with hwy::FlushStream().
 template <DType kT, bool kStream>
