@@ -167,8 +167,8 @@ HWY_INLINE void CodeBlockByHalfBuckets(const void* x, const PreparedCodebook& cb
       }
     };
     const int64_t whole_end = vec_n / kChunk;  // chunks c with c and c - 1 both whole: [1, whole_end)
-    int64_t c = 0;
-    for (; c < std::min<int64_t>(1, chunks + 1); ++c) step(c, std::false_type{});
+    step(0, std::false_type{});                 // chunk 0's quotients; no codes before them
+    int64_t c = 1;
     for (; c < whole_end; ++c) step(c, std::true_type{});
     for (; c < chunks + 1; ++c) step(c, std::false_type{});
     done = vec_n;
