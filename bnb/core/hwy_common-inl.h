@@ -264,10 +264,10 @@ HWY_INLINE void LookupCodes16(const uint16_t* index, const uint8_t* table, uint8
   const __m128i v = CodesByQuads(index, table, std::make_index_sequence<4>{});
 #else
   // Indices two to a 32-bit load, split by a zero-extension and a shift: fewer instructions per element than
-  // 16-bit loads (one each) or 64-bit ones split by shifts and masks, which bounds this loop where pinsrb's
-  // operands lack bextr. One thread, 2^24 elements, blocksize 4096, Zen 3, in cache / from memory, ns per element:
-  // 8-bit SSE4 0.423 / 0.452 -> 0.375 / 0.417; NF4 SSE4 0.53 -> 0.47-0.50. Each pair is loaded where it is used:
-  // one 32-byte copy of all sixteen compiled to vector extracts (0.56 ns).
+  // 16-bit loads (one each) or, without BMI1 (not part of SSE4), 64-bit ones split by shifts and masks (3-5% slower
+  // from memory). One thread, 2^24 elements, blocksize 4096, Zen 3, in cache / from memory, ns per element: 8-bit
+  // SSE4 0.423 / 0.452 -> 0.375 / 0.417; NF4 SSE4 0.53 -> 0.47-0.50. Each pair is loaded where it is used: one
+  // 32-byte copy of all sixteen compiled to vector extracts (0.56 ns).
   const __m128i v = CodesByPairs(index, table, std::make_index_sequence<8>{});
 #endif
   if constexpr (kStream) {
