@@ -203,47 +203,44 @@ HWY_INLINE __m128i LoadInsert4(const int32_t* table, uint32_t i0, uint32_t i1, u
   return _mm_insert_epi32(v, table[i3], 3);
 }
 
-// The 16 codes table[index[k]] in a vector, the indices two to a 32-bit load (kPairs: 0 to 7). The first code
-// comes by a plain load, the rest by inserts: inserting it into zeros ran 4% slower (AVX2, in cache).
-template <size_t... kPairs>
-HWY_INLINE __m128i CodesByPairs(const uint16_t* index, const uint8_t* table, std::index_sequence<kPairs...>) {
+// The 16 codes table[index[k]] in a vector, the indices kPerWord (2 or 4) to a scalar load (kWords: 0 to
+// 16 / kPerWord - 1). A word's first index is its low 16 bits, its last the rest after a shift, and a quad's middle
+// two come by BMI1's bextr (the AVX2 target's; quads are for it alone). The first code comes by a plain load, the
+// rest by inserts: inserting it into zeros ran 4% slower (AVX2, in cache).
+template <int kPerWord, size_t... kWords>
+HWY_INLINE __m128i CodesByWords(const uint16_t* index, const uint8_t* table, std::index_sequence<kWords...>) {
+  using Word = std::conditional_t<kPerWord == 4, uint64_t, uint32_t>;
   __m128i v = _mm_undefined_si128();
-  const auto insert_pair = [&](auto pair) {
-    constexpr int k = decltype(pair)::value;
-    const uint32_t w = LoadWord(index + 2 * k);
-    if constexpr (k == 0) {
-      v = _mm_cvtsi32_si128(table[w & 0xFFFF]);
-    } else {
-      v = _mm_insert_epi8(v, table[w & 0xFFFF], 2 * k);
+  const auto insert_word = [&](auto word) {
+    constexpr int k = decltype(word)::value;
+    Word w;
+    std::memcpy(&w, index + kPerWord * k, sizeof(w));
+    const auto insert = [&](auto field) {
+      constexpr int j = decltype(field)::value;
+      Word i;  // of the word's width: narrowing bextr's result cost a zero-extension per index
+      if constexpr (j == 0) {
+        i = w & 0xFFFF;
+      } else if constexpr (j == kPerWord - 1) {
+        i = w >> (16 * j);
+      } else {
+        i = _bextr_u64(w, 16 * j, 16);
+      }
+      if constexpr (k == 0 && j == 0) {
+        v = _mm_cvtsi32_si128(table[i]);
+      } else {
+        v = _mm_insert_epi8(v, table[i], kPerWord * k + j);
+      }
+    };
+    insert(std::integral_constant<int, 0>{});
+    if constexpr (kPerWord == 4) {
+      insert(std::integral_constant<int, 1>{});
+      insert(std::integral_constant<int, 2>{});
     }
-    v = _mm_insert_epi8(v, table[w >> 16], 2 * k + 1);
+    insert(std::integral_constant<int, kPerWord - 1>{});
   };
-  (insert_pair(std::integral_constant<int, kPairs>{}), ...);
+  (insert_word(std::integral_constant<int, kWords>{}), ...);
   return v;
 }
-
-#if HWY_TARGET == HWY_AVX2
-// As CodesByPairs, the indices four to a 64-bit load (kQuads: 0 to 3), split by a zero-extension, two bextr (BMI1,
-// which the AVX2 target has) and a shift.
-template <size_t... kQuads>
-HWY_INLINE __m128i CodesByQuads(const uint16_t* index, const uint8_t* table, std::index_sequence<kQuads...>) {
-  __m128i v = _mm_undefined_si128();
-  const auto insert_quad = [&](auto quad) {
-    constexpr int k = decltype(quad)::value;
-    const uint64_t w = LoadPair(index + 4 * k);
-    if constexpr (k == 0) {
-      v = _mm_cvtsi32_si128(table[w & 0xFFFF]);
-    } else {
-      v = _mm_insert_epi8(v, table[w & 0xFFFF], 4 * k);
-    }
-    v = _mm_insert_epi8(v, table[_bextr_u64(w, 16, 16)], 4 * k + 1);
-    v = _mm_insert_epi8(v, table[_bextr_u64(w, 32, 16)], 4 * k + 2);
-    v = _mm_insert_epi8(v, table[w >> 48], 4 * k + 3);
-  };
-  (insert_quad(std::integral_constant<int, kQuads>{}), ...);
-  return v;
-}
-#endif  // HWY_TARGET == HWY_AVX2
 #endif
 
 // out[k] = table[index[k]] for k < 16: one byte load per element, the bytes inserted into a vector where the target
@@ -261,14 +258,14 @@ HWY_INLINE void LookupCodes16(const uint16_t* index, const uint8_t* table, uint8
   // so AVX2 reads the indices four to a load, where BMI1's bextr splits them in as few instructions as pairs take.
   // One thread, 2^24 elements, blocksize 4096, Zen 3, from memory / in cache, 8-bit AVX2: pairs 0.291-0.301 /
   // 0.277-0.291 -> 0.281-0.284 / 0.266-0.268 ns per element (quads split by shifts and masks had gained 1-2%).
-  const __m128i v = CodesByQuads(index, table, std::make_index_sequence<4>{});
+  const __m128i v = CodesByWords<4>(index, table, std::make_index_sequence<4>{});
 #else
   // Indices two to a 32-bit load, split by a zero-extension and a shift: fewer instructions per element than
   // 16-bit loads (one each) or, without BMI1 (not part of SSE4), 64-bit ones split by shifts and masks (3-5% slower
   // from memory). One thread, 2^24 elements, blocksize 4096, Zen 3, in cache / from memory, ns per element: 8-bit
   // SSE4 0.423 / 0.452 -> 0.375 / 0.417; NF4 SSE4 0.53 -> 0.47-0.50. Each pair is loaded where it is used: one
   // 32-byte copy of all sixteen compiled to vector extracts (0.56 ns).
-  const __m128i v = CodesByPairs(index, table, std::make_index_sequence<8>{});
+  const __m128i v = CodesByWords<2>(index, table, std::make_index_sequence<8>{});
 #endif
   if constexpr (kStream) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(out), v);
