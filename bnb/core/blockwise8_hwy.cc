@@ -435,32 +435,36 @@ inline constexpr int kOutputTableSize = kCodebookSize + 1;
 
 // outputs[codes[j]] in 16-bit lane j, j < 8, lane 0 by a plain load into the vector, the others by inserts.
 HWY_INLINE __m128i LookupOutputs8(const uint8_t* codes, const uint16_t* outputs) {
-#if HWY_TARGET == HWY_AVX2 && (defined(__GNUC__) || defined(__clang__))
+#if defined(__GNUC__) || defined(__clang__)
   // In assembly for what GCC would not emit: the eight codes in one 64-bit register that has a high-byte alias
   // (constraint Q: rax, rbx, rcx or rdx), each pair split by zero-extending its low and its high byte (%ch), then a
   // shift: 11 instructions for eight codes, where GCC's shifts and masks took 16 (four codes to a 32-bit word) or
   // 24 (eight to a 64-bit one). Lane 0 comes by a 32-bit load, whose upper half (the next entry, possibly
-  // outputs[256]) lane 1's insert overwrites. One thread, Zen 3, blocksize 4096, bfloat16 output, ns per output:
-  // in cache 0.222-0.223 -> 0.213-0.214, from memory 0.233-0.240 -> 0.223-0.227.
+  // outputs[256]) lane 1's insert overwrites. One thread, Zen 3, blocksize 4096, bfloat16 output, ns per output,
+  // in cache / from memory: AVX2 0.222-0.223 / 0.233-0.240 -> 0.212-0.214 / 0.223-0.227, SSE4 0.228-0.230 /
+  // 0.240 -> 0.218-0.221 / 0.229-0.231, SSSE3 0.237-0.238 / 0.248-0.251 -> 0.227-0.229 / 0.237-0.242.
   __m128i v;
   uint64_t w, lo, hi;
-#define BNB_INSERT_PAIR(k0, k1)                          \
-  "shrq $16, %[w]\n\t"                                   \
-  "movzbl %b[w], %k[lo]\n\t"                             \
-  "movzbl %h[w], %k[hi]\n\t"                             \
-  "vpinsrw $" #k0 ", (%[o],%[lo],2), %[v], %[v]\n\t"     \
-  "vpinsrw $" #k1 ", (%[o],%[hi],2), %[v], %[v]\n\t"
+#if HWY_TARGET == HWY_AVX2
+#define BNB_INSERT(k, index) "vpinsrw $" #k ", (%[o],%[" #index "],2), %[v], %[v]\n\t"
+#define BNB_LANE0 "vmovd (%[o],%[lo],2), %[v]\n\t"
+#else
+#define BNB_INSERT(k, index) "pinsrw $" #k ", (%[o],%[" #index "],2), %[v]\n\t"
+#define BNB_LANE0 "movd (%[o],%[lo],2), %[v]\n\t"
+#endif
+#define BNB_SPLIT "movzbl %b[w], %k[lo]\n\tmovzbl %h[w], %k[hi]\n\t"
   asm("movq %[c], %[w]\n\t"
-      "movzbl %b[w], %k[lo]\n\t"
-      "movzbl %h[w], %k[hi]\n\t"
-      "vmovd (%[o],%[lo],2), %[v]\n\t"
-      "vpinsrw $1, (%[o],%[hi],2), %[v], %[v]\n\t"
-      BNB_INSERT_PAIR(2, 3) BNB_INSERT_PAIR(4, 5) BNB_INSERT_PAIR(6, 7)
+      BNB_SPLIT BNB_LANE0 BNB_INSERT(1, hi)
+      "shrq $16, %[w]\n\t" BNB_SPLIT BNB_INSERT(2, lo) BNB_INSERT(3, hi)
+      "shrq $16, %[w]\n\t" BNB_SPLIT BNB_INSERT(4, lo) BNB_INSERT(5, hi)
+      "shrq $16, %[w]\n\t" BNB_SPLIT BNB_INSERT(6, lo) BNB_INSERT(7, hi)
       // hi takes movzbl from a high-byte register, which cannot be encoded with a REX prefix: a legacy register (R).
       : [v] "=&x"(v), [w] "=&Q"(w), [lo] "=&r"(lo), [hi] "=&R"(hi)
       : [c] "m"(*reinterpret_cast<const uint64_t*>(codes)), [o] "r"(outputs),
         "m"(*reinterpret_cast<const uint16_t(*)[kOutputTableSize]>(outputs)));
-#undef BNB_INSERT_PAIR
+#undef BNB_INSERT
+#undef BNB_LANE0
+#undef BNB_SPLIT
   return v;
 #else
   // The codes four to a 32-bit load.
