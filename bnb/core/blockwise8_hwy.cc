@@ -434,6 +434,7 @@ inline constexpr int64_t kOutputTableFrom = 512;
 inline constexpr int kOutputTableSize = kCodebookSize + 1;
 
 // outputs[codes[j]] in 16-bit lane j, j < 8, lane 0 by a plain load into the vector, the others by inserts.
+// `outputs` holds kOutputTableSize entries.
 HWY_INLINE __m128i LookupOutputs8(const uint8_t* codes, const uint16_t* outputs) {
 #if defined(__GNUC__) || defined(__clang__)
   // In assembly for what GCC would not emit: the eight codes in one 64-bit register that has a high-byte alias
@@ -488,8 +489,8 @@ HWY_INLINE __m128i LookupOutputs8(const uint8_t* codes, const uint16_t* outputs)
 }
 
 // Outputs [0, 16) from a block's table `outputs` (DequantizeBlocksByTable) for the codes at `codes`: one 16-bit
-// load per output, inserted into two 8-lane vectors (pinsrw, which every one of these targets has), the codes four
-// to a 32-bit load. One thread, 2^16 outputs in cache, Zen 3, AVX2: 0.240 -> 0.203 ns per output against the
+// load per output, inserted into two 8-lane vectors (pinsrw, which every one of these targets has; LookupOutputs8).
+// One thread, 2^16 outputs in cache, Zen 3, AVX2: 0.240 -> 0.203 ns per output against the
 // float-entry LookupLanes and a pack of the two vectors' low halves (the way before). A function, not a lambda:
 // GCC left a lambda out of line on AVX2 (a call per 16 outputs).
 template <bool kStream>
