@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #include "bnb/core/blockwise8.h"
 #include "bnb/core/codebook.h"
@@ -288,7 +287,7 @@ struct TopSegmentCoder {
 
 #endif  // HWY_TARGET == HWY_AVX2
 
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3
+#if BNB_SCALAR_LOAD_LOOKUPS
 // Codes by HalfBuckets (codebook.h) of the Lanes(DF) scaled values whose float bits are at q: each lane's entry by a
 // scalar load, assembled in a vector (Zen 3's gathers, and the emulated ones below AVX2, are slower), then one
 // compare and a byte shuffle. Every value must lie in [-1, 1]. q must not have been stored just before: see LookupCodes16.

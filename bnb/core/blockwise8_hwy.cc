@@ -23,9 +23,6 @@ namespace bnb::core {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// The targets that look codes up by scalar loads (LookupLanes, HalfBucketCodes); evaluated per target, where used.
-#define BNB_SCALAR_LOAD_LOOKUPS (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3)
-
 // StreamableOutput for an 8-bit op over n elements of kT: it moves their n * size bytes and n codes.
 template <DType kT>
 HWY_INLINE bool StreamableOutput8(const void* out, int64_t n) {

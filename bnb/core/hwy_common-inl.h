@@ -177,7 +177,13 @@ struct Bf16IndexRule {
   }
 };
 
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3
+// The targets that look table entries up by scalar loads assembled in vectors (gathers are slower there: Zen 3's,
+// and the emulated ones below AVX2); evaluated per target, where used.
+#ifndef BNB_SCALAR_LOAD_LOOKUPS
+#define BNB_SCALAR_LOAD_LOOKUPS (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3)
+#endif
+
+#if BNB_SCALAR_LOAD_LOOKUPS
 // The 32-bit word at p, unaligned: a pair of 16-bit indices, or four byte codes, for the scalar-load lookups.
 HWY_INLINE uint32_t LoadWord(const void* p) {
   uint32_t w;
