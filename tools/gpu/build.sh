@@ -58,14 +58,17 @@ if [[ $what == gtest || $what == all ]]; then
       grep -E '^\[  FAILED|Failure|rror|Expected|Which is|actual' "$work/$name.log" | head -40
     fi
   done
+  # A minute of random cases against the scalar definitions, here where the AVX-512 targets run.
+  "$work/cc-bin/core_kernels_fuzz" 60 || status=1
 fi
 if [[ $what == test || $what == all ]]; then
   # The test files import their helpers by plain name; run from their folder's view with importlib mode. One
   # process per file, so that a crash in one leaves the others' results.
-  for f in test_cuda.py test_blockwise8.py test_blockwise4.py test_ops_contract.py test_functional.py test_nn4bit.py; do
+  for f in test_cuda.py test_blockwise8.py test_blockwise4.py test_ops_contract.py test_functional.py test_nn4bit.py \
+           test_ops_fuzz.py; do
     echo "[pytest] $f"
-    (cd bnb/tests && $python -m pytest -q -p no:cacheprovider --import-mode=importlib --rootdir="$root/bnb/tests" \
-       -rs "$f") || status=$?
+    (cd bnb/tests && PYTHONPATH=$PYTHONPATH:$root/tools/fuzz $python -m pytest -q -p no:cacheprovider \
+       --import-mode=importlib --rootdir="$root/bnb/tests" -rs "$f") || status=$?
   done
 fi
 if [[ $what == bench || $what == all ]]; then

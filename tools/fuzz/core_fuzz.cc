@@ -1,0 +1,226 @@
+#include "tools/fuzz/core_fuzz.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "bnb/core/blockwise4.h"
+#include "bnb/core/blockwise8.h"
+#include "bnb/core/codebook.h"
+#include "bnb/core/cpu_isa.h"
+#include "bnb/core/dtype.h"
+
+namespace bnb::fuzz {
+namespace {
+
+using namespace bnb::core;
+using Rng = std::mt19937_64;
+
+int64_t Uniform(Rng& rng, int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
+double UniformReal(Rng& rng, double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); }
+
+// Values as real data and adversarial data come: normal at a random scale, log-uniform magnitudes, a few repeated
+// values (ties at the absmax), zero runs, and now and then NaN, infinities, subnormals and the largest finite.
+std::vector<float> RandomValues(Rng& rng, int64_t n) {
+  std::vector<float> v(n);
+  const int kind = static_cast<int>(Uniform(rng, 0, 4));
+  const double scale = std::ldexp(1.0, static_cast<int>(Uniform(rng, -60, 60)));
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (auto& x : v) {
+    switch (kind) {
+      case 0: x = static_cast<float>(normal(rng) * scale); break;
+      case 1: x = static_cast<float>((Uniform(rng, 0, 1) ? 1 : -1) * std::exp2(UniformReal(rng, -40, 0)) * scale);
+        break;
+      case 2: x = static_cast<float>(static_cast<double>(Uniform(rng, -8, 8)) * scale / 8); break;
+      case 3: x = static_cast<float>(UniformReal(rng, -1, 1) * scale); break;
+      default: x = static_cast<float>(normal(rng)); break;
+    }
+  }
+  const int64_t specials = Uniform(rng, 0, 3) == 0 ? Uniform(rng, 1, 6) : 0;
+  for (int64_t k = 0; k < specials && n > 0; ++k) {
+    const float pick[] = {NAN, INFINITY, -INFINITY, std::ldexp(1.0f, -140), -std::ldexp(1.0f, -149), 3.4e38f, 0.0f};
+    v[Uniform(rng, 0, n - 1)] = pick[Uniform(rng, 0, 6)];
+  }
+  if (n > 64 && Uniform(rng, 0, 4) == 0) {  // a zero run
+    const int64_t at = Uniform(rng, 0, n - 64);
+    std::fill(v.begin() + at, v.begin() + at + Uniform(rng, 1, 64), 0.0f);
+  }
+  return v;
+}
+
+// A codebook: the dynamic map (signed or not), random sorted values, or random values in any order with repeats.
+std::vector<float> RandomCodebook(Rng& rng, std::string* name) {
+  const int kind = static_cast<int>(Uniform(rng, 0, 3));
+  if (kind <= 1) {
+    *name = kind == 0 ? "dynamic signed" : "dynamic unsigned";
+    return kind == 0 ? DefaultDynamicMap() : *CreateDynamicMap(false);
+  }
+  std::vector<float> c(256);
+  for (auto& x : c) x = static_cast<float>(UniformReal(rng, -1, 1));
+  c[Uniform(rng, 0, 255)] = 1.0f;
+  c[Uniform(rng, 0, 255)] = -1.0f;
+  c[Uniform(rng, 0, 255)] = 0.0f;
+  if (kind == 2) {
+    std::sort(c.begin(), c.end());
+    *name = "random sorted";
+  } else {
+    for (int k = 0; k < 20; ++k) c[Uniform(rng, 0, 255)] = c[Uniform(rng, 0, 255)];
+    *name = "random unsorted with repeats";
+  }
+  return c;
+}
+
+// The first n elements of a and b, of `dtype`, equal bit for bit (any NaN equals any NaN); else *at = the first that
+// differs.
+bool SameBits(DType dtype, const uint8_t* a, const uint8_t* b, int64_t n, int64_t* at) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = LoadAsFloat(dtype, a, i), y = LoadAsFloat(dtype, b, i);
+    if (std::isnan(x) && std::isnan(y)) continue;
+    if (FloatToBits(x) != FloatToBits(y)) {
+      *at = i;
+      return false;
+    }
+  }
+  return true;
+}
+
+// The absmax lists a and b equal bit for bit (any NaN equals any NaN); else *at = the first block that differs.
+bool SameFloats(const std::vector<float>& a, const std::vector<float>& b, int64_t* at) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!(std::isnan(a[i]) && std::isnan(b[i])) && FloatToBits(a[i]) != FloatToBits(b[i])) {
+      *at = static_cast<int64_t>(i);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Now and then an absmax of NaN or inf for the dequantize kernels (a quantize gives them only where the input held
+// one).
+void AddSpecialAbsmax(Rng& rng, std::vector<float>& absmax) {
+  if (Uniform(rng, 0, 3) != 0) return;
+  absmax[Uniform(rng, 0, static_cast<int64_t>(absmax.size()) - 1)] = Uniform(rng, 0, 1) ? NAN : INFINITY;
+}
+
+// Blocks [0, blocks) cut into 1 to 4 ranges at random points, as threads take them.
+std::vector<std::pair<int64_t, int64_t>> RandomRanges(Rng& rng, int64_t blocks) {
+  std::vector<int64_t> cuts = {0, blocks};
+  for (int64_t k = Uniform(rng, 0, 3); k > 0; --k) cuts.push_back(Uniform(rng, 0, blocks));
+  std::sort(cuts.begin(), cuts.end());
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (size_t k = 0; k + 1 < cuts.size(); ++k) ranges.emplace_back(cuts[k], cuts[k + 1]);
+  return ranges;
+}
+
+// Storage whose start sits `offset` bytes past a 64-byte boundary.
+struct Buffer {
+  std::vector<uint8_t> raw;
+  uint8_t* data;
+  Buffer(size_t bytes, size_t offset) : raw(bytes + 128) {
+    data = raw.data() + (64 - reinterpret_cast<uintptr_t>(raw.data()) % 64) % 64 + offset;
+  }
+};
+
+std::string RunCase(uint64_t seed, bool large) {
+  Rng rng(seed);
+  static const std::vector<std::string> isas = AvailableIsas();
+  const std::string isa = isas[Uniform(rng, 0, static_cast<int64_t>(isas.size()) - 1)];
+  if (absl::Status s = SetIsaCap(isa); !s.ok()) return std::string(s.message());
+  const DType dtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+  const DType dtype = dtypes[Uniform(rng, 0, 2)];
+  const int64_t bs = int64_t{32} << Uniform(rng, 0, 7);
+  // Mostly small, sometimes past the 64 MB streaming threshold (that takes long: rarely).
+  const bool huge = Uniform(rng, 0, 200) == 0;  // drawn whether or not `large` allows it: seeds mean the same
+  const int64_t n = huge && large ? Uniform(rng, (64 << 20) / 3, 40 << 20)
+                                  : Uniform(rng, 1, Uniform(rng, 0, 1) ? 5000 : 300000);
+  const int64_t blocks = NumBlocks(n, bs);
+  const std::vector<float> values = RandomValues(rng, n);
+  Buffer x(n * DTypeSize(dtype), Uniform(rng, 0, 3) == 0 ? 2 * Uniform(rng, 0, 31) : 0);
+  for (int64_t i = 0; i < n; ++i) StoreFromFloat(dtype, x.data, i, values[i]);
+  const auto ranges = RandomRanges(rng, blocks);
+  const size_t out_offset = Uniform(rng, 0, 3) == 0 ? Uniform(rng, 1, 63) : 0;
+  std::string what;
+  const auto fail = [&](const char* kernel, int64_t at) {
+    return absl::StrFormat("seed %d: %s, isa %s, %s, blocksize %d, n %d, %d ranges, out offset %d, %s, at %d", seed,
+                           kernel, isa, DTypeName(dtype), bs, n, ranges.size(), out_offset, what, at);
+  };
+  int64_t at = 0;
+
+  if (Uniform(rng, 0, 2) != 0) {  // 8-bit
+    const std::vector<float> code = RandomCodebook(rng, &what);
+    const auto cb = PrepareCodebook(code.data(), 256);
+    if (!cb.ok()) return fail("prepare codebook", -1);
+    Buffer codes(n, out_offset), codes_ref(n, 0);
+    std::vector<float> absmax(blocks), absmax_ref(blocks);
+    for (const auto& [b0, b1] : ranges) {
+      QuantizeBlockwise8(dtype, x.data, *cb, {n, bs, b0, b1}, codes.data, absmax.data());
+    }
+    QuantizeBlockwise8Scalar(dtype, x.data, *cb, {n, bs, 0, blocks}, codes_ref.data, absmax_ref.data());
+    if (!SameFloats(absmax, absmax_ref, &at)) return fail("quantize8 absmax", at);
+    if (std::memcmp(codes.data, codes_ref.data, n) != 0) {
+      while (codes.data[at] == codes_ref.data[at]) ++at;
+      return fail("quantize8 codes", at);
+    }
+    AddSpecialAbsmax(rng, absmax);
+    Buffer out(n * DTypeSize(dtype), out_offset), out_ref(n * DTypeSize(dtype), 0);
+    for (const auto& [b0, b1] : ranges) {
+      DequantizeBlockwise8(dtype, codes.data, absmax.data(), *cb, {n, bs, b0, b1}, out.data);
+    }
+    DequantizeBlockwise8Scalar(dtype, codes.data, absmax.data(), cb->values.data(), {n, bs, 0, blocks},
+                               out_ref.data);
+    if (!SameBits(dtype, out.data, out_ref.data, n, &at)) return fail("dequantize8", at);
+  } else {  // 4-bit
+    const Quant4 q = Uniform(rng, 0, 1) ? Quant4::kNF4 : Quant4::kFP4;
+    what = std::string(Quant4Name(q));
+    const int64_t bytes = PackedSize4(n);
+    Buffer packed(bytes, out_offset), packed_ref(bytes, 0);
+    std::vector<float> absmax(blocks), absmax_ref(blocks);
+    for (const auto& [b0, b1] : ranges) {
+      QuantizeBlockwise4(dtype, x.data, q, {n, bs, b0, b1}, packed.data, absmax.data());
+    }
+    QuantizeBlockwise4Scalar(dtype, x.data, q, {n, bs, 0, blocks}, packed_ref.data, absmax_ref.data());
+    if (!SameFloats(absmax, absmax_ref, &at)) return fail("quantize4 absmax", at);
+    if (std::memcmp(packed.data, packed_ref.data, bytes) != 0) {
+      while (packed.data[at] == packed_ref.data[at]) ++at;
+      return fail("quantize4 bytes", at);
+    }
+    AddSpecialAbsmax(rng, absmax);
+    Buffer out(n * DTypeSize(dtype), out_offset), out_ref(n * DTypeSize(dtype), 0);
+    for (const auto& [b0, b1] : ranges) {
+      DequantizeBlockwise4(dtype, packed.data, absmax.data(), Code4(q).data(), {n, bs, b0, b1}, out.data);
+    }
+    DequantizeBlockwise4Scalar(dtype, packed.data, absmax.data(), Code4(q).data(), {n, bs, 0, blocks}, out_ref.data);
+    if (!SameBits(dtype, out.data, out_ref.data, n, &at)) return fail("dequantize4", at);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string RunCoreCase(uint64_t seed, bool large) {
+  std::string mismatch = RunCase(seed, large);
+  (void)SetIsaCap("best");
+  return mismatch;
+}
+
+CoreFuzzResult RunCoreFuzz(uint64_t first_seed, int64_t max_cases, double max_seconds, bool large) {
+  const auto start = std::chrono::steady_clock::now();
+  CoreFuzzResult result;
+  while (result.cases < max_cases &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < max_seconds) {
+    result.mismatch = RunCoreCase(first_seed + static_cast<uint64_t>(result.cases), large);
+    ++result.cases;
+    if (!result.mismatch.empty()) break;
+  }
+  return result;
+}
+
+}  // namespace bnb::fuzz
+

@@ -1,0 +1,191 @@
+"""Differential fuzzing of the CPU ops through torch: random shapes, layouts (non-contiguous, offset views), dtypes,
+blocksizes, codebooks and thread counts, each op's C++ kernel against the pure-torch reference kernel
+(bnb.reference), which must agree exactly. Prints the first mismatch with the seed that replays it.
+
+Run: .venv/bin/python tools/fuzz/ops_fuzz.py [--seconds S] [--cases N] [--seed K]
+"""
+
+import argparse
+import math
+import random
+import sys
+import time
+
+import torch
+
+import bnb  # noqa: F401  (registers the ops)
+from bnb.reference import blockwise4 as ref4
+from bnb.reference import blockwise8 as ref8
+
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def random_values(rng: random.Random, gen: torch.Generator, n: int) -> torch.Tensor:
+    """float32 values as real and adversarial data come: normal at a random scale, log-uniform magnitudes, small
+    integers (ties), and now and then NaN, infinities, subnormals and zero runs."""
+    kind = rng.randrange(4)
+    scale = 2.0 ** rng.randint(-60, 60)
+    if kind == 0:
+        v = torch.randn(n, generator=gen) * scale
+    elif kind == 1:
+        sign = torch.randint(0, 2, (n,), generator=gen) * 2 - 1
+        v = sign * torch.exp2(torch.rand(n, generator=gen) * -40) * scale
+    elif kind == 2:
+        v = torch.randint(-8, 9, (n,), generator=gen).float() * scale / 8
+    else:
+        v = (torch.rand(n, generator=gen) * 2 - 1) * scale
+    if rng.randrange(3) == 0:
+        for _ in range(rng.randint(1, 5)):
+            v[rng.randrange(n)] = rng.choice([float("nan"), float("inf"), float("-inf"), 2.0**-140, -(2.0**-149),
+                                              3.0e38, 0.0])
+    if n > 64 and rng.randrange(4) == 0:
+        at = rng.randrange(n - 64)
+        v[at:at + rng.randint(1, 64)] = 0
+    return v
+
+
+def random_tensor(rng: random.Random, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor of 1 to 3 dimensions, contiguous or a transposed, strided or offset view."""
+    dims = [rng.randint(1, 300) for _ in range(rng.randint(1, 3))]
+    if len(dims) == 3:
+        dims[2] = rng.randint(1, 20)
+    if rng.randrange(6) == 0:  # long rows: many blocks per thread
+        dims[-1] = rng.randint(1, 40000)
+    while math.prod(dims) > 2_000_000:
+        dims[dims.index(max(dims))] //= 2
+    layout = rng.randrange(4)
+    if layout == 1 and len(dims) >= 2:  # transposed
+        big = random_values(rng, gen, dims[0] * dims[1] * (dims[2] if len(dims) == 3 else 1)).to(dtype)
+        return big.view(dims[1], dims[0], *dims[2:]).transpose(0, 1)
+    if layout == 2:  # every other element along the last dimension
+        full = dims[:-1] + [2 * dims[-1]]
+        return random_values(rng, gen, math.prod(full)).to(dtype).view(full)[..., ::2]
+    if layout == 3:  # a view that starts off the buffer's start
+        n, off = math.prod(dims), rng.randint(1, 33)
+        return random_values(rng, gen, n + off).to(dtype)[off:].view(dims)
+    return random_values(rng, gen, math.prod(dims)).to(dtype).view(dims)
+
+
+def random_code(rng: random.Random, gen: torch.Generator) -> tuple[str, torch.Tensor]:
+    kind = rng.randrange(3)
+    if kind == 0:
+        return "dynamic", bnb.functional.create_dynamic_map()
+    code = torch.rand(256, generator=gen) * 2 - 1
+    code[rng.randrange(256)] = 1.0
+    code[rng.randrange(256)] = 0.0
+    if kind == 1:
+        return "random sorted", code.sort().values
+    for _ in range(20):
+        code[rng.randrange(256)] = code[rng.randrange(256)]
+    return "random unsorted with repeats", code
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal shape, dtype and values bit for bit (any NaN equals any NaN)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        both_nan = torch.isnan(a) & torch.isnan(b)
+        bits = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}[a.dtype]
+        return bool(((a.contiguous().view(bits) == b.contiguous().view(bits)) | both_nan).all())
+    return torch.equal(a, b)
+
+
+def first_difference(a: torch.Tensor, b: torch.Tensor) -> str:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return f"{a.dtype} {list(a.shape)} vs {b.dtype} {list(b.shape)}"
+    fa, fb = a.reshape(-1), b.reshape(-1)
+    differ = (fa != fb) & ~(torch.isnan(fa) & torch.isnan(fb)) if fa.is_floating_point() else fa != fb
+    i = int(differ.nonzero()[0])
+    return f"flat index {i}: {fa[i].item()} vs reference {fb[i].item()}"
+
+
+def run_case(seed: int) -> str | None:
+    """One random case, under a random instruction set, thread count and grain (elements per task); a description
+    of the mismatch, or None."""
+    rng = random.Random(seed)
+    knobs = {"cpu__isa": rng.choice(bnb._C.cpu_isas()), "cpu__threads": rng.randint(1, 4),
+             "cpu__grain_elements": rng.choice([1024, 4096, 1 << 16])}
+    with bnb.config.override(**knobs):
+        return _run_case(rng, torch.Generator().manual_seed(seed), f"seed {seed}: {knobs}")
+
+
+def _run_case(rng: random.Random, gen: torch.Generator, where: str) -> str | None:
+    dtype = rng.choice(FLOATS)
+    bs = 32 << rng.randrange(8)
+    A = random_tensor(rng, gen, dtype)
+    where += f", {dtype}, shape {list(A.shape)}, strides {A.stride()}, blocksize {bs}"
+    ops = torch.ops.bnb
+    if rng.randrange(2) == 0:
+        name, code = random_code(rng, gen)
+        where += f", {name} code"
+        q, absmax = ops.quantize_blockwise(A, code, bs)
+        rq, rabsmax = ref8.quantize_blockwise(A, code, bs)
+        if not same(absmax, rabsmax):
+            return f"quantize_blockwise absmax, {where}: {first_difference(absmax, rabsmax)}"
+        if not same(q, rq):
+            return f"quantize_blockwise codes, {where}: {first_difference(q, rq)}"
+        q2, absmax2 = torch.empty_like(q), torch.empty_like(absmax)
+        ops.quantize_blockwise.out(A, code, bs, q2, absmax2)
+        if not (same(q2, rq) and same(absmax2, rabsmax)):
+            return f"quantize_blockwise.out, {where}"
+        out_dtype = rng.choice(FLOATS)
+        if rng.randrange(3) == 0:
+            absmax[rng.randrange(absmax.numel())] = rng.choice([float("nan"), float("inf")])
+        d = ops.dequantize_blockwise(q, absmax, code, bs, out_dtype)
+        rd = ref8.dequantize_blockwise(q, absmax, code, bs, out_dtype)
+        if not same(d, rd):
+            return f"dequantize_blockwise to {out_dtype}, {where}: {first_difference(d, rd)}"
+        out = torch.empty(q.shape[::-1], dtype=out_dtype).transpose(0, -1) if q.dim() > 1 and rng.randrange(2) \
+            else torch.empty_like(q, dtype=out_dtype)
+        ops.dequantize_blockwise.out(q, absmax, code, bs, out_dtype, out=out)
+        if not same(out, rd):
+            return f"dequantize_blockwise.out to {out_dtype} (out strides {out.stride()}), {where}"
+    else:
+        quant_type = rng.choice(["nf4", "fp4"])
+        storage = rng.choice([torch.uint8, torch.uint8, torch.float16, torch.float32])
+        n = A.numel()
+        if (n + 1) // 2 % storage.itemsize:
+            storage = torch.uint8
+        where += f", {quant_type}, storage {storage}"
+        p, absmax = ops.quantize_4bit(A, bs, quant_type, storage)
+        rp, rabsmax = ref4.quantize_4bit(A, bs, quant_type, storage)
+        if not same(absmax, rabsmax):
+            return f"quantize_4bit absmax, {where}: {first_difference(absmax, rabsmax)}"
+        if not torch.equal(p.view(torch.uint8), rp.view(torch.uint8)) or p.shape != rp.shape:
+            return f"quantize_4bit bytes, {where}: {first_difference(p.view(torch.uint8), rp.view(torch.uint8))}"
+        out_dtype = rng.choice(FLOATS)
+        if rng.randrange(3) == 0:
+            absmax[rng.randrange(absmax.numel())] = rng.choice([float("nan"), float("inf")])
+        d = ops.dequantize_4bit(p, absmax, bs, quant_type, list(A.shape), out_dtype)
+        rd = ref4.dequantize_4bit(p, absmax, bs, quant_type, list(A.shape), out_dtype)
+        if not same(d, rd):
+            return f"dequantize_4bit to {out_dtype}, {where}: {first_difference(d, rd)}"
+        out = torch.empty(list(A.shape), dtype=out_dtype)
+        ops.dequantize_4bit.out(p, absmax, bs, quant_type, list(A.shape), out_dtype, out=out)
+        if not same(out, rd):
+            return f"dequantize_4bit.out to {out_dtype}, {where}"
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--cases", type=int, default=None, help="stop after this many cases (default: time only)")
+    ap.add_argument("--seed", type=int, default=None, help="first case's seed (default: from the clock)")
+    args = ap.parse_args()
+    seed = args.seed if args.seed is not None else time.time_ns() % 1_000_000_007
+    print(f"fuzzing the CPU ops for {args.seconds:.0f} s from seed {seed}", flush=True)
+    start, cases = time.monotonic(), 0
+    while time.monotonic() - start < args.seconds and (args.cases is None or cases < args.cases):
+        failure = run_case(seed + cases)
+        if failure is not None:
+            print("MISMATCH", failure)
+            return 1
+        cases += 1
+    print(f"{cases} cases, no mismatch")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
