@@ -8,12 +8,12 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "bnb/core/knobs.h"
 
 namespace bnb::core {
