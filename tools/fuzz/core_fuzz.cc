@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -128,6 +129,40 @@ struct Buffer {
   }
 };
 
+// One bit width's kernels over a block range (the dispatched ones and their scalar definitions), for Check.
+struct Kernels {
+  const char* name;     // "8-bit", "4-bit"
+  int64_t bytes;        // of the quantized data
+  std::function<void(const Blockwise8Range&, uint8_t* codes, float* absmax)> quantize, quantize_scalar;
+  std::function<void(const Blockwise8Range&, const uint8_t* codes, const float* absmax, void* out)> dequantize,
+      dequantize_scalar;
+};
+
+// The kernels run over `ranges` in turn (as threads take them) against their scalar definitions over the whole:
+// absmax and codes, then the outputs of dequantizing those codes (with, now and then, a NaN or inf absmax).
+// Empty, or what differed and where.
+std::string Check(Rng& rng, const Kernels& k, DType dtype, int64_t n, int64_t bs,
+                  const std::vector<std::pair<int64_t, int64_t>>& ranges, size_t out_offset) {
+  const int64_t blocks = NumBlocks(n, bs);
+  const auto where = [&](const char* what, int64_t at) { return absl::StrFormat("%s %s, at %d", k.name, what, at); };
+  int64_t at = 0;
+  Buffer codes(k.bytes, out_offset), codes_scalar(k.bytes, 0);
+  std::vector<float> absmax(blocks), absmax_scalar(blocks);
+  for (const auto& [b0, b1] : ranges) k.quantize({n, bs, b0, b1}, codes.data, absmax.data());
+  k.quantize_scalar({n, bs, 0, blocks}, codes_scalar.data, absmax_scalar.data());
+  if (!SameFloats(absmax, absmax_scalar, &at)) return where("quantize absmax", at);
+  if (std::memcmp(codes.data, codes_scalar.data, k.bytes) != 0) {
+    while (codes.data[at] == codes_scalar.data[at]) ++at;
+    return where("quantize codes (byte)", at);
+  }
+  AddSpecialAbsmax(rng, absmax);
+  Buffer out(n * DTypeSize(dtype), out_offset), out_scalar(n * DTypeSize(dtype), 0);
+  for (const auto& [b0, b1] : ranges) k.dequantize({n, bs, b0, b1}, codes.data, absmax.data(), out.data);
+  k.dequantize_scalar({n, bs, 0, blocks}, codes.data, absmax.data(), out_scalar.data);
+  if (!SameBits(dtype, out.data, out_scalar.data, n, &at)) return where("dequantize", at);
+  return "";
+}
+
 std::string RunCase(uint64_t seed, bool large) {
   Rng rng(seed);
   static const std::vector<std::string> isas = AvailableIsas();
@@ -140,66 +175,46 @@ std::string RunCase(uint64_t seed, bool large) {
   const bool huge = Uniform(rng, 0, 200) == 0;  // drawn whether or not `large` allows it: seeds mean the same
   const int64_t n = huge && large ? Uniform(rng, (64 << 20) / 3, 40 << 20)
                                   : Uniform(rng, 1, Uniform(rng, 0, 1) ? 5000 : 300000);
-  const int64_t blocks = NumBlocks(n, bs);
   const std::vector<float> values = RandomValues(rng, n);
   Buffer x(n * DTypeSize(dtype), Uniform(rng, 0, 3) == 0 ? 2 * Uniform(rng, 0, 31) : 0);
   for (int64_t i = 0; i < n; ++i) StoreFromFloat(dtype, x.data, i, values[i]);
-  const auto ranges = RandomRanges(rng, blocks);
+  const auto ranges = RandomRanges(rng, NumBlocks(n, bs));
   const size_t out_offset = Uniform(rng, 0, 3) == 0 ? Uniform(rng, 1, 63) : 0;
-  std::string what;
-  const auto fail = [&](const char* kernel, int64_t at) {
-    return absl::StrFormat("seed %d: %s, isa %s, %s, blocksize %d, n %d, %d ranges, out offset %d, %s, at %d", seed,
-                           kernel, isa, DTypeName(dtype), bs, n, ranges.size(), out_offset, what, at);
-  };
-  int64_t at = 0;
 
-  if (Uniform(rng, 0, 2) != 0) {  // 8-bit
-    const std::vector<float> code = RandomCodebook(rng, &what);
+  std::string codebook, mismatch;
+  if (Uniform(rng, 0, 2) != 0) {
+    const std::vector<float> code = RandomCodebook(rng, &codebook);
     const auto cb = PrepareCodebook(code.data(), 256);
-    if (!cb.ok()) return fail("prepare codebook", -1);
-    Buffer codes(n, out_offset), codes_ref(n, 0);
-    std::vector<float> absmax(blocks), absmax_ref(blocks);
-    for (const auto& [b0, b1] : ranges) {
-      QuantizeBlockwise8(dtype, x.data, *cb, {n, bs, b0, b1}, codes.data, absmax.data());
-    }
-    QuantizeBlockwise8Scalar(dtype, x.data, *cb, {n, bs, 0, blocks}, codes_ref.data, absmax_ref.data());
-    if (!SameFloats(absmax, absmax_ref, &at)) return fail("quantize8 absmax", at);
-    if (std::memcmp(codes.data, codes_ref.data, n) != 0) {
-      while (codes.data[at] == codes_ref.data[at]) ++at;
-      return fail("quantize8 codes", at);
-    }
-    AddSpecialAbsmax(rng, absmax);
-    Buffer out(n * DTypeSize(dtype), out_offset), out_ref(n * DTypeSize(dtype), 0);
-    for (const auto& [b0, b1] : ranges) {
-      DequantizeBlockwise8(dtype, codes.data, absmax.data(), *cb, {n, bs, b0, b1}, out.data);
-    }
-    DequantizeBlockwise8Scalar(dtype, codes.data, absmax.data(), cb->values.data(), {n, bs, 0, blocks},
-                               out_ref.data);
-    if (!SameBits(dtype, out.data, out_ref.data, n, &at)) return fail("dequantize8", at);
-  } else {  // 4-bit
+    if (!cb.ok()) return absl::StrFormat("seed %d: %s codebook: %s", seed, codebook, cb.status().ToString());
+    const Kernels k{
+        "8-bit", n,
+        [&](const Blockwise8Range& r, uint8_t* c, float* a) { QuantizeBlockwise8(dtype, x.data, *cb, r, c, a); },
+        [&](const Blockwise8Range& r, uint8_t* c, float* a) { QuantizeBlockwise8Scalar(dtype, x.data, *cb, r, c, a); },
+        [&](const Blockwise8Range& r, const uint8_t* c, const float* a, void* o) {
+          DequantizeBlockwise8(dtype, c, a, *cb, r, o);
+        },
+        [&](const Blockwise8Range& r, const uint8_t* c, const float* a, void* o) {
+          DequantizeBlockwise8Scalar(dtype, c, a, cb->values.data(), r, o);
+        }};
+    mismatch = Check(rng, k, dtype, n, bs, ranges, out_offset);
+  } else {
     const Quant4 q = Uniform(rng, 0, 1) ? Quant4::kNF4 : Quant4::kFP4;
-    what = std::string(Quant4Name(q));
-    const int64_t bytes = PackedSize4(n);
-    Buffer packed(bytes, out_offset), packed_ref(bytes, 0);
-    std::vector<float> absmax(blocks), absmax_ref(blocks);
-    for (const auto& [b0, b1] : ranges) {
-      QuantizeBlockwise4(dtype, x.data, q, {n, bs, b0, b1}, packed.data, absmax.data());
-    }
-    QuantizeBlockwise4Scalar(dtype, x.data, q, {n, bs, 0, blocks}, packed_ref.data, absmax_ref.data());
-    if (!SameFloats(absmax, absmax_ref, &at)) return fail("quantize4 absmax", at);
-    if (std::memcmp(packed.data, packed_ref.data, bytes) != 0) {
-      while (packed.data[at] == packed_ref.data[at]) ++at;
-      return fail("quantize4 bytes", at);
-    }
-    AddSpecialAbsmax(rng, absmax);
-    Buffer out(n * DTypeSize(dtype), out_offset), out_ref(n * DTypeSize(dtype), 0);
-    for (const auto& [b0, b1] : ranges) {
-      DequantizeBlockwise4(dtype, packed.data, absmax.data(), Code4(q).data(), {n, bs, b0, b1}, out.data);
-    }
-    DequantizeBlockwise4Scalar(dtype, packed.data, absmax.data(), Code4(q).data(), {n, bs, 0, blocks}, out_ref.data);
-    if (!SameBits(dtype, out.data, out_ref.data, n, &at)) return fail("dequantize4", at);
+    codebook = std::string(Quant4Name(q));
+    const Kernels k{
+        "4-bit", PackedSize4(n),
+        [&](const Blockwise8Range& r, uint8_t* p, float* a) { QuantizeBlockwise4(dtype, x.data, q, r, p, a); },
+        [&](const Blockwise8Range& r, uint8_t* p, float* a) { QuantizeBlockwise4Scalar(dtype, x.data, q, r, p, a); },
+        [&](const Blockwise8Range& r, const uint8_t* p, const float* a, void* o) {
+          DequantizeBlockwise4(dtype, p, a, Code4(q).data(), r, o);
+        },
+        [&](const Blockwise8Range& r, const uint8_t* p, const float* a, void* o) {
+          DequantizeBlockwise4Scalar(dtype, p, a, Code4(q).data(), r, o);
+        }};
+    mismatch = Check(rng, k, dtype, n, bs, ranges, out_offset);
   }
-  return "";
+  if (mismatch.empty()) return "";
+  return absl::StrFormat("seed %d: %s, isa %s, %s, %s, blocksize %d, n %d, %d ranges, out offset %d", seed, mismatch,
+                         isa, DTypeName(dtype), codebook, bs, n, ranges.size(), out_offset);
 }
 
 }  // namespace
