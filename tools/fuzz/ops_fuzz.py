@@ -1,6 +1,7 @@
 """Differential fuzzing of the CPU ops through torch: random shapes, layouts (non-contiguous, offset views), dtypes,
 blocksizes, codebooks and thread counts, each op's C++ kernel against the pure-torch reference kernel
-(bnb.reference), which must agree exactly. Prints the first mismatch with the seed that replays it.
+(bnb.reference), which must agree exactly (gemv_4bit: within float32 summation error of a float64 product). Prints
+the first mismatch with the seed that replays it.
 
 Run: .venv/bin/python tools/fuzz/ops_fuzz.py [--seconds S] [--cases N] [--seed K]
 """
@@ -80,91 +81,137 @@ def random_code(rng: random.Random, gen: torch.Generator) -> tuple[str, torch.Te
     return "random unsorted with repeats", code
 
 
+def _differs(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Flat mask of the elements of a and b (same shape and dtype) that differ bit for bit; any NaN equals any NaN,
+    but -0 differs from +0."""
+    fa, fb = a.contiguous().reshape(-1), b.contiguous().reshape(-1)
+    if not fa.is_floating_point():
+        return fa != fb
+    bits = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}[fa.dtype]
+    return (fa.view(bits) != fb.view(bits)) & ~(torch.isnan(fa) & torch.isnan(fb))
+
+
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal shape, dtype and values bit for bit (any NaN equals any NaN)."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.is_floating_point():
-        both_nan = torch.isnan(a) & torch.isnan(b)
-        bits = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}[a.dtype]
-        return bool(((a.contiguous().view(bits) == b.contiguous().view(bits)) | both_nan).all())
-    return torch.equal(a, b)
+    """Equal shape, dtype and values bit for bit (_differs)."""
+    return a.shape == b.shape and a.dtype == b.dtype and not bool(_differs(a, b).any())
 
 
 def first_difference(a: torch.Tensor, b: torch.Tensor) -> str:
     if a.shape != b.shape or a.dtype != b.dtype:
         return f"{a.dtype} {list(a.shape)} vs {b.dtype} {list(b.shape)}"
+    i = int(_differs(a, b).nonzero()[0])
     fa, fb = a.reshape(-1), b.reshape(-1)
-    differ = (fa != fb) & ~(torch.isnan(fa) & torch.isnan(fb)) if fa.is_floating_point() else fa != fb
-    i = int(differ.nonzero()[0])
-    return f"flat index {i}: {fa[i].item()} vs reference {fb[i].item()}"
+    return f"flat index {i}: {fa[i].item()!r} vs reference {fb[i].item()!r}"
 
 
 def run_case(seed: int) -> str | None:
-    """One random case, under a random instruction set, thread count and grain (elements per task); a description
-    of the mismatch, or None."""
+    """One random case (8-bit, 4-bit or gemv_4bit), under a random instruction set, thread count and grain (elements
+    per task); a description of the mismatch, or None."""
     rng = random.Random(seed)
     knobs = {"cpu__isa": rng.choice(bnb._C.cpu_isas()), "cpu__threads": rng.randint(1, 4),
              "cpu__grain_elements": rng.choice([1024, 4096, 1 << 16])}
+    check = rng.choice([_check_8bit, _check_8bit, _check_4bit, _check_4bit, _check_gemv])
     with bnb.config.override(**knobs):
-        return _run_case(rng, torch.Generator().manual_seed(seed), f"seed {seed}: {knobs}")
+        return check(rng, torch.Generator().manual_seed(seed), f"seed {seed}: {knobs}")
 
 
-def _run_case(rng: random.Random, gen: torch.Generator, where: str) -> str | None:
-    dtype = rng.choice(FLOATS)
-    bs = 32 << rng.randrange(8)
+def _special_absmax(rng: random.Random, absmax: torch.Tensor) -> None:
+    """Now and then a NaN or inf absmax for the dequantize kernels (a quantize gives them only where the input held
+    one)."""
+    if rng.randrange(3) == 0:
+        absmax[rng.randrange(absmax.numel())] = rng.choice([float("nan"), float("inf")])
+
+
+def _check_8bit(rng: random.Random, gen: torch.Generator, where: str) -> str | None:
+    dtype, bs = rng.choice(FLOATS), 32 << rng.randrange(8)
     A = random_tensor(rng, gen, dtype)
-    where += f", {dtype}, shape {list(A.shape)}, strides {A.stride()}, blocksize {bs}"
+    name, code = random_code(rng, gen)
+    where += f", {dtype}, shape {list(A.shape)}, strides {A.stride()}, blocksize {bs}, {name} code"
     ops = torch.ops.bnb
-    if rng.randrange(2) == 0:
-        name, code = random_code(rng, gen)
-        where += f", {name} code"
-        q, absmax = ops.quantize_blockwise(A, code, bs)
-        rq, rabsmax = ref8.quantize_blockwise(A, code, bs)
-        if not same(absmax, rabsmax):
-            return f"quantize_blockwise absmax, {where}: {first_difference(absmax, rabsmax)}"
-        if not same(q, rq):
-            return f"quantize_blockwise codes, {where}: {first_difference(q, rq)}"
-        q2, absmax2 = torch.empty_like(q), torch.empty_like(absmax)
-        ops.quantize_blockwise.out(A, code, bs, q2, absmax2)
-        if not (same(q2, rq) and same(absmax2, rabsmax)):
-            return f"quantize_blockwise.out, {where}"
-        out_dtype = rng.choice(FLOATS)
-        if rng.randrange(3) == 0:
-            absmax[rng.randrange(absmax.numel())] = rng.choice([float("nan"), float("inf")])
-        d = ops.dequantize_blockwise(q, absmax, code, bs, out_dtype)
-        rd = ref8.dequantize_blockwise(q, absmax, code, bs, out_dtype)
-        if not same(d, rd):
-            return f"dequantize_blockwise to {out_dtype}, {where}: {first_difference(d, rd)}"
-        out = torch.empty(q.shape[::-1], dtype=out_dtype).transpose(0, -1) if q.dim() > 1 and rng.randrange(2) \
-            else torch.empty_like(q, dtype=out_dtype)
-        ops.dequantize_blockwise.out(q, absmax, code, bs, out_dtype, out=out)
-        if not same(out, rd):
-            return f"dequantize_blockwise.out to {out_dtype} (out strides {out.stride()}), {where}"
-    else:
-        quant_type = rng.choice(["nf4", "fp4"])
-        storage = rng.choice([torch.uint8, torch.uint8, torch.float16, torch.float32])
-        n = A.numel()
-        if (n + 1) // 2 % storage.itemsize:
-            storage = torch.uint8
-        where += f", {quant_type}, storage {storage}"
-        p, absmax = ops.quantize_4bit(A, bs, quant_type, storage)
-        rp, rabsmax = ref4.quantize_4bit(A, bs, quant_type, storage)
-        if not same(absmax, rabsmax):
-            return f"quantize_4bit absmax, {where}: {first_difference(absmax, rabsmax)}"
-        if not torch.equal(p.view(torch.uint8), rp.view(torch.uint8)) or p.shape != rp.shape:
-            return f"quantize_4bit bytes, {where}: {first_difference(p.view(torch.uint8), rp.view(torch.uint8))}"
-        out_dtype = rng.choice(FLOATS)
-        if rng.randrange(3) == 0:
-            absmax[rng.randrange(absmax.numel())] = rng.choice([float("nan"), float("inf")])
-        d = ops.dequantize_4bit(p, absmax, bs, quant_type, list(A.shape), out_dtype)
-        rd = ref4.dequantize_4bit(p, absmax, bs, quant_type, list(A.shape), out_dtype)
-        if not same(d, rd):
-            return f"dequantize_4bit to {out_dtype}, {where}: {first_difference(d, rd)}"
-        out = torch.empty(list(A.shape), dtype=out_dtype)
-        ops.dequantize_4bit.out(p, absmax, bs, quant_type, list(A.shape), out_dtype, out=out)
-        if not same(out, rd):
-            return f"dequantize_4bit.out to {out_dtype}, {where}"
+    q, absmax = ops.quantize_blockwise(A, code, bs)
+    rq, rabsmax = ref8.quantize_blockwise(A, code, bs)
+    if not same(absmax, rabsmax):
+        return f"quantize_blockwise absmax, {where}: {first_difference(absmax, rabsmax)}"
+    if not same(q, rq):
+        return f"quantize_blockwise codes, {where}: {first_difference(q, rq)}"
+    q2, absmax2 = torch.empty_like(q), torch.empty_like(absmax)
+    ops.quantize_blockwise.out(A, code, bs, q2, absmax2)
+    if not (same(q2, rq) and same(absmax2, rabsmax)):
+        return f"quantize_blockwise.out, {where}"
+    out_dtype = rng.choice(FLOATS)
+    _special_absmax(rng, absmax)
+    d = ops.dequantize_blockwise(q, absmax, code, bs, out_dtype)
+    rd = ref8.dequantize_blockwise(q, absmax, code, bs, out_dtype)
+    if not same(d, rd):
+        return f"dequantize_blockwise to {out_dtype}, {where}: {first_difference(d, rd)}"
+    out = torch.empty(q.shape[::-1], dtype=out_dtype).transpose(0, -1) if q.dim() > 1 and rng.randrange(2) \
+        else torch.empty_like(q, dtype=out_dtype)
+    ops.dequantize_blockwise.out(q, absmax, code, bs, out_dtype, out=out)
+    if not same(out, rd):
+        return f"dequantize_blockwise.out to {out_dtype} (out strides {out.stride()}), {where}"
+    return None
+
+
+def _check_4bit(rng: random.Random, gen: torch.Generator, where: str) -> str | None:
+    dtype, bs = rng.choice(FLOATS), 32 << rng.randrange(8)
+    A = random_tensor(rng, gen, dtype)
+    quant_type = rng.choice(["nf4", "fp4"])
+    storage = rng.choice([torch.uint8, torch.uint8, torch.float16, torch.float32])
+    if (A.numel() + 1) // 2 % storage.itemsize:
+        storage = torch.uint8
+    where += f", {dtype}, shape {list(A.shape)}, strides {A.stride()}, blocksize {bs}, {quant_type}, storage {storage}"
+    ops = torch.ops.bnb
+    p, absmax = ops.quantize_4bit(A, bs, quant_type, storage)
+    rp, rabsmax = ref4.quantize_4bit(A, bs, quant_type, storage)
+    if not same(absmax, rabsmax):
+        return f"quantize_4bit absmax, {where}: {first_difference(absmax, rabsmax)}"
+    if not torch.equal(p.view(torch.uint8), rp.view(torch.uint8)) or p.shape != rp.shape:
+        return f"quantize_4bit bytes, {where}: {first_difference(p.view(torch.uint8), rp.view(torch.uint8))}"
+    out_dtype = rng.choice(FLOATS)
+    _special_absmax(rng, absmax)
+    d = ops.dequantize_4bit(p, absmax, bs, quant_type, list(A.shape), out_dtype)
+    rd = ref4.dequantize_4bit(p, absmax, bs, quant_type, list(A.shape), out_dtype)
+    if not same(d, rd):
+        return f"dequantize_4bit to {out_dtype}, {where}: {first_difference(d, rd)}"
+    out = torch.empty(list(A.shape), dtype=out_dtype)
+    ops.dequantize_4bit.out(p, absmax, bs, quant_type, list(A.shape), out_dtype, out=out)
+    if not same(out, rd):
+        return f"dequantize_4bit.out to {out_dtype}, {where}"
+    return None
+
+
+def _check_gemv(rng: random.Random, gen: torch.Generator, where: str) -> str | None:
+    """gemv_4bit against the float64 product of x and the dequantized weight, within float32 summation error (8
+    sqrt(K) units of rounding of the sum of |products|: random-sign errors, far below a single wrong code's) plus
+    the output's rounding. Finite data: a float32 sum and a float64 one overflow apart."""
+    dtype, bs = rng.choice(FLOATS), 32 << rng.randrange(8)
+    N, K = rng.randint(1, 300), rng.randint(1, rng.choice([100, 5000]))
+    quant_type = rng.choice(["nf4", "fp4"])
+    scale = 2.0 ** rng.randint(-8, 8)
+    W = (torch.randn(N, K, generator=gen) * scale).to(dtype)
+    x = (torch.randn(1, K, generator=gen) * scale).to(dtype)
+    where += f", {dtype} x, weight [{N}, {K}], blocksize {bs}, {quant_type}"
+    packed, absmax = torch.ops.bnb.quantize_4bit(W, bs, quant_type, torch.uint8)
+    code = ref4.code4(quant_type)
+    got = torch.ops.bnb.gemv_4bit(x, packed, [N, K], absmax, code, bs)
+    w = ref4.dequantize_with_code(packed, absmax, code, bs, [N, K], torch.float32).double()
+    want = x.double() @ w.t()
+    magnitude = x.double().abs() @ w.abs().t()
+    mantissa_bits = {torch.float32: 23, torch.float16: 10, torch.bfloat16: 7}[dtype]
+    # Half an ulp of the output, relative, or absolute among the subnormals.
+    half_ulp = 2.0**-(mantissa_bits + 1) * torch.maximum(want.abs(), torch.tensor(torch.finfo(dtype).tiny))
+    tolerance = 8 * math.sqrt(K) * 2.0**-24 * magnitude + half_ulp
+    if got.shape != want.shape or got.dtype != dtype:
+        return f"gemv_4bit shape or dtype, {where}: {got.dtype} {list(got.shape)}"
+    # Sums beyond the output type's range round to +-inf: float16's largest is 65504, and 65520 on rounds up.
+    largest = torch.finfo(dtype).max
+    overflow = largest + 2.0 ** (math.floor(math.log2(largest)) - mantissa_bits - 1)
+    rounds_to_inf = torch.isinf(got) & (torch.sign(got.double()) == torch.sign(want)) & \
+        (want.abs() + tolerance >= overflow)
+    err = (got.double() - want).abs()
+    if not bool(((err <= tolerance) | rounds_to_inf).all()):
+        i = int((err - tolerance).argmax())
+        return f"gemv_4bit, {where}: output {i} is {got.flatten()[i].item()}, float64 {want.flatten()[i].item()}"
     return None
 
 
