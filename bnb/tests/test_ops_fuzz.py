@@ -1,5 +1,6 @@
-"""A fixed set of the CPU ops' differential fuzz cases (tools/fuzz/ops_fuzz.py): random shapes, layouts, dtypes,
-codebooks, instruction sets and thread splits, each op against its pure-torch reference. Longer runs: tools/fuzz."""
+"""A fixed set of the ops' differential fuzz cases (tools/fuzz/ops_fuzz.py): random shapes, layouts, dtypes,
+codebooks, instruction sets and thread splits, each op on every device present against its pure-torch reference.
+Longer runs: tools/fuzz."""
 
 import pytest
 

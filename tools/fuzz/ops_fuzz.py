@@ -1,7 +1,8 @@
-"""Differential fuzzing of the CPU ops through torch: random shapes, layouts (non-contiguous, offset views), dtypes,
-blocksizes, codebooks and thread counts, each op's C++ kernel against the pure-torch reference kernel
-(bnb.reference), which must agree exactly (gemv_4bit: within float32 summation error of a float64 product). Prints
-the first mismatch with the seed that replays it.
+"""Differential fuzzing of the ops through torch: random shapes, layouts (non-contiguous, offset views), dtypes,
+blocksizes, codebooks, instruction sets and thread counts, each op's kernel on every device present (the CPU; CUDA
+on a GPU machine) against the pure-torch reference kernel (bnb.reference) on the CPU, which it must equal bit for
+bit (gemv_4bit: within float32 summation error of a float64 product). Prints the first mismatch with the seed that
+replays it.
 
 Run: .venv/bin/python tools/fuzz/ops_fuzz.py [--seconds S] [--cases N] [--seed K]
 """
@@ -104,9 +105,14 @@ def first_difference(a: torch.Tensor, b: torch.Tensor) -> str:
     return f"flat index {i}: {fa[i].item()!r} vs reference {fb[i].item()!r}"
 
 
+def devices() -> list[str]:
+    """Every device bnb has kernels for that is present here."""
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
 def run_case(seed: int) -> str | None:
-    """One random case (8-bit, 4-bit or gemv_4bit), under a random instruction set, thread count and grain (elements
-    per task); a description of the mismatch, or None."""
+    """One random case (8-bit, 4-bit or gemv_4bit) on every device present, the CPU's under a random instruction
+    set, thread count and grain (elements per task); a description of the first mismatch, or None."""
     rng = random.Random(seed)
     knobs = {"cpu__isa": rng.choice(bnb._C.cpu_isas()), "cpu__threads": rng.randint(1, 4),
              "cpu__grain_elements": rng.choice([1024, 4096, 1 << 16])}
@@ -115,40 +121,46 @@ def run_case(seed: int) -> str | None:
         return check(rng, torch.Generator().manual_seed(seed), f"seed {seed}: {knobs}")
 
 
-def _special_absmax(rng: random.Random, absmax: torch.Tensor) -> None:
-    """Now and then a NaN or inf absmax for the dequantize kernels (a quantize gives them only where the input held
-    one)."""
+def _special_absmax(rng: random.Random, absmax: torch.Tensor) -> torch.Tensor:
+    """absmax, now and then with a NaN or inf for the dequantize kernels (a quantize gives them only where the input
+    held one)."""
+    absmax = absmax.clone()
     if rng.randrange(3) == 0:
         absmax[rng.randrange(absmax.numel())] = rng.choice([float("nan"), float("inf")])
+    return absmax
 
 
 def _check_8bit(rng: random.Random, gen: torch.Generator, where: str) -> str | None:
     dtype, bs = rng.choice(FLOATS), 32 << rng.randrange(8)
     A = random_tensor(rng, gen, dtype)
     name, code = random_code(rng, gen)
-    where += f", {dtype}, shape {list(A.shape)}, strides {A.stride()}, blocksize {bs}, {name} code"
-    ops = torch.ops.bnb
-    q, absmax = ops.quantize_blockwise(A, code, bs)
-    rq, rabsmax = ref8.quantize_blockwise(A, code, bs)
-    if not same(absmax, rabsmax):
-        return f"quantize_blockwise absmax, {where}: {first_difference(absmax, rabsmax)}"
-    if not same(q, rq):
-        return f"quantize_blockwise codes, {where}: {first_difference(q, rq)}"
-    q2, absmax2 = torch.empty_like(q), torch.empty_like(absmax)
-    ops.quantize_blockwise.out(A, code, bs, q2, absmax2)
-    if not (same(q2, rq) and same(absmax2, rabsmax)):
-        return f"quantize_blockwise.out, {where}"
     out_dtype = rng.choice(FLOATS)
-    _special_absmax(rng, absmax)
-    d = ops.dequantize_blockwise(q, absmax, code, bs, out_dtype)
-    rd = ref8.dequantize_blockwise(q, absmax, code, bs, out_dtype)
-    if not same(d, rd):
-        return f"dequantize_blockwise to {out_dtype}, {where}: {first_difference(d, rd)}"
-    out = torch.empty(q.shape[::-1], dtype=out_dtype).transpose(0, -1) if q.dim() > 1 and rng.randrange(2) \
-        else torch.empty_like(q, dtype=out_dtype)
-    ops.dequantize_blockwise.out(q, absmax, code, bs, out_dtype, out=out)
-    if not same(out, rd):
-        return f"dequantize_blockwise.out to {out_dtype} (out strides {out.stride()}), {where}"
+    strided_out = A.dim() > 1 and rng.randrange(2) == 1
+    where += f", {dtype}, shape {list(A.shape)}, strides {A.stride()}, blocksize {bs}, {name} code"
+    rq, rabsmax = ref8.quantize_blockwise(A, code, bs)
+    dabsmax = _special_absmax(rng, rabsmax)
+    rd = ref8.dequantize_blockwise(rq, dabsmax, code, bs, out_dtype)
+    ops = torch.ops.bnb
+    for dev in devices():
+        at = f"{dev}, {where}"
+        c = code.to(dev)
+        q, absmax = ops.quantize_blockwise(A.to(dev), c, bs)
+        if not same(absmax.cpu(), rabsmax):
+            return f"quantize_blockwise absmax, {at}: {first_difference(absmax.cpu(), rabsmax)}"
+        if not same(q.cpu(), rq):
+            return f"quantize_blockwise codes, {at}: {first_difference(q.cpu(), rq)}"
+        q2, absmax2 = torch.empty_like(q), torch.empty_like(absmax)
+        ops.quantize_blockwise.out(A.to(dev), c, bs, q2, absmax2)
+        if not (same(q2.cpu(), rq) and same(absmax2.cpu(), rabsmax)):
+            return f"quantize_blockwise.out, {at}"
+        d = ops.dequantize_blockwise(rq.to(dev), dabsmax.to(dev), c, bs, out_dtype)
+        if not same(d.cpu(), rd):
+            return f"dequantize_blockwise to {out_dtype}, {at}: {first_difference(d.cpu(), rd)}"
+        out = torch.empty(rq.shape[::-1], dtype=out_dtype, device=dev).transpose(0, -1) if strided_out \
+            else torch.empty(rq.shape, dtype=out_dtype, device=dev)
+        ops.dequantize_blockwise.out(rq.to(dev), dabsmax.to(dev), c, bs, out_dtype, out=out)
+        if not same(out.cpu(), rd):
+            return f"dequantize_blockwise.out to {out_dtype} (out strides {out.stride()}), {at}"
     return None
 
 
@@ -159,24 +171,27 @@ def _check_4bit(rng: random.Random, gen: torch.Generator, where: str) -> str | N
     storage = rng.choice([torch.uint8, torch.uint8, torch.float16, torch.float32])
     if (A.numel() + 1) // 2 % storage.itemsize:
         storage = torch.uint8
-    where += f", {dtype}, shape {list(A.shape)}, strides {A.stride()}, blocksize {bs}, {quant_type}, storage {storage}"
-    ops = torch.ops.bnb
-    p, absmax = ops.quantize_4bit(A, bs, quant_type, storage)
-    rp, rabsmax = ref4.quantize_4bit(A, bs, quant_type, storage)
-    if not same(absmax, rabsmax):
-        return f"quantize_4bit absmax, {where}: {first_difference(absmax, rabsmax)}"
-    if not torch.equal(p.view(torch.uint8), rp.view(torch.uint8)) or p.shape != rp.shape:
-        return f"quantize_4bit bytes, {where}: {first_difference(p.view(torch.uint8), rp.view(torch.uint8))}"
     out_dtype = rng.choice(FLOATS)
-    _special_absmax(rng, absmax)
-    d = ops.dequantize_4bit(p, absmax, bs, quant_type, list(A.shape), out_dtype)
-    rd = ref4.dequantize_4bit(p, absmax, bs, quant_type, list(A.shape), out_dtype)
-    if not same(d, rd):
-        return f"dequantize_4bit to {out_dtype}, {where}: {first_difference(d, rd)}"
-    out = torch.empty(list(A.shape), dtype=out_dtype)
-    ops.dequantize_4bit.out(p, absmax, bs, quant_type, list(A.shape), out_dtype, out=out)
-    if not same(out, rd):
-        return f"dequantize_4bit.out to {out_dtype}, {where}"
+    where += f", {dtype}, shape {list(A.shape)}, strides {A.stride()}, blocksize {bs}, {quant_type}, storage {storage}"
+    shape = list(A.shape)
+    rp, rabsmax = ref4.quantize_4bit(A, bs, quant_type, storage)
+    dabsmax = _special_absmax(rng, rabsmax)
+    rd = ref4.dequantize_4bit(rp, dabsmax, bs, quant_type, shape, out_dtype)
+    ops = torch.ops.bnb
+    for dev in devices():
+        at = f"{dev}, {where}"
+        p, absmax = ops.quantize_4bit(A.to(dev), bs, quant_type, storage)
+        if not same(absmax.cpu(), rabsmax):
+            return f"quantize_4bit absmax, {at}: {first_difference(absmax.cpu(), rabsmax)}"
+        if p.shape != rp.shape or p.dtype != rp.dtype or not same(p.cpu().view(torch.uint8), rp.view(torch.uint8)):
+            return f"quantize_4bit bytes, {at}: {first_difference(p.cpu().view(torch.uint8), rp.view(torch.uint8))}"
+        d = ops.dequantize_4bit(rp.to(dev), dabsmax.to(dev), bs, quant_type, shape, out_dtype)
+        if not same(d.cpu(), rd):
+            return f"dequantize_4bit to {out_dtype}, {at}: {first_difference(d.cpu(), rd)}"
+        out = torch.empty(shape, dtype=out_dtype, device=dev)
+        ops.dequantize_4bit.out(rp.to(dev), dabsmax.to(dev), bs, quant_type, shape, out_dtype, out=out)
+        if not same(out.cpu(), rd):
+            return f"dequantize_4bit.out to {out_dtype}, {at}"
     return None
 
 
@@ -191,9 +206,8 @@ def _check_gemv(rng: random.Random, gen: torch.Generator, where: str) -> str | N
     W = (torch.randn(N, K, generator=gen) * scale).to(dtype)
     x = (torch.randn(1, K, generator=gen) * scale).to(dtype)
     where += f", {dtype} x, weight [{N}, {K}], blocksize {bs}, {quant_type}"
-    packed, absmax = torch.ops.bnb.quantize_4bit(W, bs, quant_type, torch.uint8)
+    packed, absmax = ref4.quantize_4bit(W, bs, quant_type, torch.uint8)
     code = ref4.code4(quant_type)
-    got = torch.ops.bnb.gemv_4bit(x, packed, [N, K], absmax, code, bs)
     w = ref4.dequantize_with_code(packed, absmax, code, bs, [N, K], torch.float32).double()
     want = x.double() @ w.t()
     magnitude = x.double().abs() @ w.abs().t()
@@ -201,17 +215,20 @@ def _check_gemv(rng: random.Random, gen: torch.Generator, where: str) -> str | N
     # Half an ulp of the output, relative, or absolute among the subnormals.
     half_ulp = 2.0**-(mantissa_bits + 1) * torch.maximum(want.abs(), torch.tensor(torch.finfo(dtype).tiny))
     tolerance = 8 * math.sqrt(K) * 2.0**-24 * magnitude + half_ulp
-    if got.shape != want.shape or got.dtype != dtype:
-        return f"gemv_4bit shape or dtype, {where}: {got.dtype} {list(got.shape)}"
     # Sums beyond the output type's range round to +-inf: float16's largest is 65504, and 65520 on rounds up.
     largest = torch.finfo(dtype).max
     overflow = largest + 2.0 ** (math.floor(math.log2(largest)) - mantissa_bits - 1)
-    rounds_to_inf = torch.isinf(got) & (torch.sign(got.double()) == torch.sign(want)) & \
-        (want.abs() + tolerance >= overflow)
-    err = (got.double() - want).abs()
-    if not bool(((err <= tolerance) | rounds_to_inf).all()):
-        i = int((err - tolerance).argmax())
-        return f"gemv_4bit, {where}: output {i} is {got.flatten()[i].item()}, float64 {want.flatten()[i].item()}"
+    for dev in devices():
+        got = torch.ops.bnb.gemv_4bit(x.to(dev), packed.to(dev), [N, K], absmax.to(dev), code.to(dev), bs).cpu()
+        if got.shape != want.shape or got.dtype != dtype:
+            return f"gemv_4bit shape or dtype, {dev}, {where}: {got.dtype} {list(got.shape)}"
+        rounds_to_inf = torch.isinf(got) & (torch.sign(got.double()) == torch.sign(want)) & \
+            (want.abs() + tolerance >= overflow)
+        err = (got.double() - want).abs()
+        if not bool(((err <= tolerance) | rounds_to_inf).all()):
+            i = int((err - tolerance).argmax())
+            return f"gemv_4bit, {dev}, {where}: output {i} is {got.flatten()[i].item()}, float64 " \
+                   f"{want.flatten()[i].item()}"
     return None
 
 
@@ -222,7 +239,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=None, help="first case's seed (default: from the clock)")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else time.time_ns() % 1_000_000_007
-    print(f"fuzzing the CPU ops for {args.seconds:.0f} s from seed {seed}", flush=True)
+    print(f"fuzzing the ops on {', '.join(devices())} for {args.seconds:.0f} s from seed {seed}", flush=True)
     start, cases = time.monotonic(), 0
     while time.monotonic() - start < args.seconds and (args.cases is None or cases < args.cases):
         failure = run_case(seed + cases)
