@@ -290,7 +290,8 @@ struct TopSegmentCoder {
 #if BNB_SCALAR_LOAD_LOOKUPS
 // Codes by HalfBuckets (codebook.h) of the Lanes(DF) scaled values whose float bits are at q: each lane's entry by a
 // scalar load, assembled in a vector (Zen 3's gathers, and the emulated ones below AVX2, are slower), then one
-// compare and a byte shuffle. Every value must lie in [-1, 1]. q must not have been stored just before: see LookupCodes16.
+// compare and a byte shuffle. Every value must lie in [-1, 1]. q must not have been stored just before: see
+// LookupCodes16.
 HWY_INLINE VI HalfBucketCodes(const int32_t* entries, const uint32_t* q) {
 #if HWY_TARGET == HWY_SSSE3  // no pinsrd
   const auto bucket = [q](int k) { return LoadWord(q + k) >> HalfBuckets::kShift; };

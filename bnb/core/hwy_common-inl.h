@@ -191,7 +191,7 @@ HWY_INLINE uint32_t LoadWord(const void* p) {
   return w;
 }
 
-// The 64-bit word at p, unaligned: a pair of 32-bit values, split in general registers.
+// The 64-bit word at p, unaligned: a pair of 32-bit values, or four 16-bit indices, split in general registers.
 HWY_INLINE uint64_t LoadPair(const void* p) {
   uint64_t w;
   std::memcpy(&w, p, sizeof(w));
@@ -220,7 +220,11 @@ HWY_INLINE __m128i CodesByWords(const uint16_t* index, const uint8_t* table, std
   const auto insert_word = [&](auto word) {
     constexpr int k = decltype(word)::value;
     Word w;
-    std::memcpy(&w, index + kPerWord * k, sizeof(w));
+    if constexpr (kPerWord == 4) {
+      w = LoadPair(index + kPerWord * k);
+    } else {
+      w = LoadWord(index + kPerWord * k);
+    }
     const auto insert = [&](auto field) {
       constexpr int j = decltype(field)::value;
       Word i;  // of the word's width: narrowing bextr's result cost a zero-extension per index
