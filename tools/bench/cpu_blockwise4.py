@@ -10,18 +10,21 @@ import argparse
 import torch
 
 from bnb import functional as F
-from timing import best_seconds, copy_case, dtype_name, machine_line, print_bandwidth_header, print_bandwidth_table
+from timing import (best_seconds, copy_case, dtype_name, machine_line, print_bandwidth_header, print_bandwidth_table,
+                    thread_scaling_line)
 
 WIDTH = 40
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--elements", type=int, default=64 * 1024 * 1024)
     ap.add_argument("--repeat", type=int, default=5, help="rounds of timed calls (see timing.round_seconds)")
-    args = ap.parse_args()
+    ap.add_argument("--gemv", default="4096x4096,11008x4096", help="weight shapes NxK of the gemv table")
+    args = ap.parse_args(argv)
     n = args.elements
     print(f"{machine_line()}, NF4 blocksize 64")
+    print(thread_scaling_line())
     print_bandwidth_header(WIDTH, args.repeat)
     for dtype in (torch.float32, torch.bfloat16):
         x = torch.randn(n).to(dtype)
@@ -35,12 +38,13 @@ def main():
             (f"dequantize_4bit {name}",
              lambda: torch.ops.bnb.dequantize_4bit.out(packed, absmax, 64, "nf4", [n], dtype, out=out), moved),
         ], args.repeat, WIDTH)
+    print(thread_scaling_line(), "(again, after the tables)")
 
     print()
     head = f"{'gemv, one token':<28}{'gemv_4bit us':>14}{'F.linear fp32 us':>18}{'F.linear bf16 us':>18}"
     print(head)
     print("-" * len(head))
-    for N, K in ((4096, 4096), (11008, 4096)):
+    for N, K in (tuple(int(d) for d in shape.split("x")) for shape in args.gemv.split(",")):
         W = torch.randn(N, K) * 0.02
         for dtype in (torch.float32, torch.bfloat16):
             packed, state = F.quantize_4bit(W.to(dtype), blocksize=64, quant_type="nf4", compress_statistics=True)

@@ -9,20 +9,22 @@ import argparse
 import torch
 
 from bnb import functional as F
-from timing import copy_case, dtype_name, machine_line, print_bandwidth_header, print_bandwidth_table
+from timing import (copy_case, dtype_name, machine_line, print_bandwidth_header, print_bandwidth_table,
+                    thread_scaling_line)
 
 WIDTH = 36
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--elements", type=int, default=64 * 1024 * 1024)
     ap.add_argument("--blocksize", type=int, default=4096)
     ap.add_argument("--repeat", type=int, default=9, help="rounds of timed calls (see timing.round_seconds)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     n, bs = args.elements, args.blocksize
     code = F.create_dynamic_map()
     print(f"{machine_line()}, {n / 2**20:.0f}M elements, blocksize {bs}")
+    print(thread_scaling_line())
     print_bandwidth_header(WIDTH, args.repeat)
     for dtype in (torch.float32, torch.bfloat16):
         x = torch.randn(n).to(dtype)
@@ -40,6 +42,7 @@ def main():
             (f"dequantize_blockwise.out {name}",
              lambda: torch.ops.bnb.dequantize_blockwise.out(q, absmax, code, bs, dtype, out=out), moved),
         ], args.repeat, WIDTH)
+    print(thread_scaling_line(), "(again, after the tables)")
 
 
 if __name__ == "__main__":

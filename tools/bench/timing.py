@@ -23,6 +23,36 @@ def machine_line() -> str:
             f"ISA {bnb._C.cpu_isa()}")
 
 
+def thread_scaling_line(rounds: int = 9) -> str:
+    """How much faster all of torch's threads quantize an in-cache tensor than one thread does: a figure of the
+    machine, not of the kernels. On a VM whose vCPUs are separate cores it is near the thread count; where the host
+    runs them on one core's two hardware threads it falls to ~1.2-1.5, and with it every compute-bound row of the
+    tables (the quantizers most), while the copy, bound by memory, keeps its speed. Rounds alternate one thread and
+    all of them, as the machine's mode can change within seconds."""
+    threads = torch.get_num_threads()
+    if threads < 2:
+        return "thread scaling: 1 thread, nothing to compare"
+    grain = 1 << 16  # cpu.grain_elements' default: each thread takes 64K float32 elements, 256 KB, in its L2
+    x = torch.randn(threads * grain)
+    code = bnb.functional.create_dynamic_map()
+    q, absmax = torch.ops.bnb.quantize_blockwise(x, code, 4096)
+
+    def run():
+        for _ in range(32):
+            torch.ops.bnb.quantize_blockwise.out(x, code, 4096, q, absmax)
+
+    ratios = []
+    for _ in range(rounds):
+        with bnb.config.override(cpu__threads=1, cpu__grain_elements=grain):
+            one = best_seconds(run, 2)
+        with bnb.config.override(cpu__threads=threads, cpu__grain_elements=grain):
+            many = best_seconds(run, 2)
+        ratios.append(one / many)
+    ratios.sort()
+    return (f"thread scaling: {threads} threads quantize in cache {ratios[len(ratios) // 2]:.2f}x as fast as 1 "
+            f"(median of {rounds} rounds; near {threads} where they have cores of their own)")
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 

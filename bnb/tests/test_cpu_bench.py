@@ -1,0 +1,65 @@
+"""The CPU benchmarks (tools/bench) run end to end at small sizes and print every row: a benchmark that breaks
+should fail here, not on the day its figures are wanted."""
+
+import re
+
+import torch
+
+import bnb.config
+import cpu_blockwise4
+import cpu_blockwise8
+import timing
+
+
+def rows(text: str) -> dict:
+    """case name -> (ms, GB/s, % of copy) of each table row in a benchmark's output."""
+    found = {}
+    for line in text.splitlines():
+        m = re.match(r"^(.+?)\s+(\d+\.\d+)\s+(\d+\.\d+)\s+(\d+)%$", line)
+        if m:
+            found[m.group(1).strip()] = (float(m.group(2)), float(m.group(3)), int(m.group(4)))
+    return found
+
+
+def assert_timed(found: dict, names) -> None:
+    for name in names:
+        assert name in found, f"row {name!r} missing from {sorted(found)}"
+        ms, gbs, _ = found[name]
+        assert ms > 0 and gbs > 0, (name, found[name])
+
+
+def test_blockwise8_bench_prints_every_row(capsys):
+    cpu_blockwise8.main(["--elements", str(1 << 16), "--repeat", "1"])
+    out = capsys.readouterr().out
+    found = rows(out)
+    for dtype in ("float32", "bfloat16"):
+        assert_timed(found, [f"copy {dtype}", f"quantize_blockwise.out {dtype}", f"dequantize_blockwise.out {dtype}"])
+        assert found[f"copy {dtype}"][2] == 100
+    assert_timed(found, ["quantize_blockwise, new output"])
+    assert out.count("thread scaling:") == 2
+
+
+def test_blockwise4_bench_prints_every_row(capsys):
+    cpu_blockwise4.main(["--elements", str(1 << 16), "--repeat", "1", "--gemv", "64x128"])
+    out = capsys.readouterr().out
+    found = rows(out)
+    for dtype in ("float32", "bfloat16"):
+        assert_timed(found, [f"copy {dtype}", f"quantize_4bit {dtype}", f"dequantize_4bit {dtype}"])
+    gemv = [line for line in out.splitlines() if line.startswith("64x128 ")]
+    assert len(gemv) == 2, out
+    for line in gemv:
+        assert all(float(us) > 0 for us in line.split()[-3:]), line
+
+
+KNOBS = ("cpu.threads", "cpu.grain_elements")
+
+
+def test_thread_scaling_line_leaves_the_config_as_it_was():
+    before = [(bnb.config.get(n), bnb.config.source(n)) for n in KNOBS]
+    line = timing.thread_scaling_line(rounds=1)
+    if torch.get_num_threads() < 2:
+        assert "nothing to compare" in line
+    else:
+        ratio = float(re.search(r"in cache (\d+\.\d+)x as fast", line).group(1))
+        assert 0 < ratio < 2 * torch.get_num_threads(), line
+    assert [(bnb.config.get(n), bnb.config.source(n)) for n in KNOBS] == before
