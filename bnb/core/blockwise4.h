@@ -38,8 +38,8 @@ absl::string_view Quant4Name(Quant4 q);
 const std::array<float, kCodebook4Size>& Code4(Quant4 q);
 
 // A 4-bit codebook prepared for nearest-value search, by the rule of the 8-bit codebooks (codebook.h): the sorted
-// position of v is the number of midpoints (sorted[i] + sorted[i+1]) * 0.5f strictly below v, so a tie goes to the
-// lower value and NaN to the lowest; among equal values (FP4's +0 and -0) the lowest code wins.
+// position of v is the number of splits SplitPoint(sorted[i], sorted[i+1]) ("midpoints") strictly below v, so an
+// exact tie goes to the lower value and NaN to the lowest; among equal values (FP4's +0 and -0) the lowest code wins.
 struct Codebook4 {
   std::array<float, kCodebook4Size> values;               // Code4(q)
   std::array<float, kCodebook4Size - 1> midpoints;        // ascending

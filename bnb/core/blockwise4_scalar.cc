@@ -47,7 +47,7 @@ Codebook4 Prepare(const std::array<float, kCodebook4Size>& values) {
   // Stable: equal values keep code order, so the lowest code comes first.
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return values[a] < values[b]; });
   for (int i = 0; i + 1 < kCodebook4Size; ++i) {
-    cb.midpoints[i] = (values[order[i]] + values[order[i + 1]]) * 0.5f;
+    cb.midpoints[i] = SplitPoint(values[order[i]], values[order[i + 1]]);
   }
   for (int i = 0; i < kCodebook4Size; ++i) {
     int code = 0;

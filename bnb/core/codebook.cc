@@ -305,6 +305,19 @@ absl::StatusOr<std::shared_ptr<const PreparedCodebook>> PrepareCodebookCached(co
   return value;
 }
 
+float SplitPoint(float lo, float hi) {
+  const float s = lo + hi;
+  const float m = s * 0.5f;
+  if (!std::isfinite(s)) return m;
+  // Knuth's TwoSum: lo + hi == s + err exactly.
+  const float hi_part = s - lo;
+  const float err = (lo - (s - hi_part)) + (hi - hi_part);
+  // (m - s) + m is 2m - s exactly (m is s halved, rounded only among subnormals): m lies above (lo + hi) / 2
+  // exactly when it exceeds err.
+  if (!((m - s) + m > err)) return m;
+  return std::nextafter(m, -std::numeric_limits<float>::infinity());
+}
+
 absl::StatusOr<PreparedCodebook> PrepareCodebook(const float* code, int64_t n) {
   if (n != kCodebookSize) {
     return absl::InvalidArgumentError(absl::StrCat("code must hold 256 float32 values, got ", n));
@@ -328,7 +341,7 @@ absl::StatusOr<PreparedCodebook> PrepareCodebook(const float* code, int64_t n) {
   cb.is_sorted = true;
   for (int i = 0; i < kCodebookSize; ++i) cb.is_sorted &= cb.sorted_to_code[i] == i;
   for (int i = 0; i + 1 < kCodebookSize; ++i) {
-    cb.midpoints[i] = (cb.values[cb.sorted_to_code[i]] + cb.values[cb.sorted_to_code[i + 1]]) * 0.5f;
+    cb.midpoints[i] = SplitPoint(cb.values[cb.sorted_to_code[i]], cb.values[cb.sorted_to_code[i + 1]]);
   }
   BuildBuckets(cb);
   BuildHalfBuckets(cb);

@@ -69,10 +69,17 @@ struct HalfBuckets {
   std::vector<int32_t> entries;
 };
 
-// A 256-entry codebook prepared for nearest-value search. Quantizing v picks the entry whose value is nearest,
-// where "nearest" is decided by the midpoints between consecutive sorted values: the sorted position is the
-// number of midpoints strictly below v (so a tie goes to the lower value, and NaN goes to the lowest entry).
-// Among equal values the lowest code wins, as torch.argmin over |v - code| would pick.
+// The split between two neighbouring sorted codebook values lo <= hi (finite): the largest float t such that every
+// float v <= t is at least as near lo as hi, so v takes hi exactly when v > t, and an exact tie takes lo. That is
+// (lo + hi) * 0.5f, except where that rounding lands above the true midpoint: a v equal to it is nearer hi, and
+// the split is then the float just below (54 of the signed dynamic map's 255 midpoints, 6 of NF4's 15). Twin of
+// bnb::SplitPoint in bnb/jit/kernels/numerics.cuh (a test keeps them equal).
+float SplitPoint(float lo, float hi);
+
+// A 256-entry codebook prepared for nearest-value search. Quantizing v picks the entry whose value is nearest:
+// the sorted position is the number of splits (SplitPoint, the "midpoints" below) strictly below v, so an exact
+// tie goes to the lower value, and NaN to the lowest entry. Among equal values the lowest code wins, as
+// torch.argmin over |v - code| would pick.
 //
 // For speed, scaled values in [-1, 1] are also found through buckets of their float bits: bucket = bits >> 15
 // (2^15 consecutive magnitudes of one sign, 1/256 of a binade; negative values from kNegativeBuckets on) and
@@ -81,7 +88,7 @@ struct HalfBuckets {
 // midpoints has threshold kSearch and takes the binary search.
 struct PreparedCodebook {
   std::array<float, kCodebookSize> values;            // the codebook as given, indexed by code
-  std::array<float, kCodebookSize - 1> midpoints;     // (sorted[i] + sorted[i+1]) * 0.5f, ascending
+  std::array<float, kCodebookSize - 1> midpoints;     // SplitPoint(sorted[i], sorted[i+1]), ascending
   std::array<int32_t, kCodebookSize> sorted_to_code;  // lowest code holding the i-th smallest value
   bool is_sorted;                                     // sorted_to_code is the identity
   // Indexed by bits >> 15 (kTableSize entries; indexes between the two signs' ranges are never used). Bits

@@ -63,7 +63,12 @@ TEST(Codebook4, FP4IsBitsandbytesValuesOverTwelve) {
 TEST(Codebook4, SearchTables) {
   const Codebook4& nf4 = GetCodebook4(Quant4::kNF4);
   for (int i = 0; i < 16; ++i) EXPECT_EQ(nf4.sorted_to_code[i], i);
-  for (int i = 0; i < 15; ++i) EXPECT_EQ(nf4.midpoints[i], (nf4.values[i] + nf4.values[i + 1]) * 0.5f);
+  int rounded_up = 0;  // midpoints whose rounding lands above the true one, so the split is the float below
+  for (int i = 0; i < 15; ++i) {
+    EXPECT_EQ(nf4.midpoints[i], SplitPoint(nf4.values[i], nf4.values[i + 1]));
+    rounded_up += nf4.midpoints[i] != (nf4.values[i] + nf4.values[i + 1]) * 0.5f;
+  }
+  EXPECT_EQ(rounded_up, 6);
   // FP4 in ascending order: -1 -2/3 -1/2 -1/3 -1/4 -1/6 -1/192 (0 twice: +0 is code 0, -0 code 8, so 0 both times)
   // 1/192 1/6 1/4 1/3 1/2 2/3 1.
   const Codebook4& fp4 = GetCodebook4(Quant4::kFP4);

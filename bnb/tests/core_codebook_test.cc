@@ -1,5 +1,6 @@
 #include "bnb/core/codebook.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -81,6 +82,53 @@ TEST(NearestCode, HandComputedCases) {
   EXPECT_EQ(NearestCode(*cb, 0.7f / 128), 129);
   EXPECT_EQ(NearestCode(*cb, 0.5f / 128), 128);  // a tie goes to the lower value
   EXPECT_EQ(NearestCode(*cb, NAN), 0);           // NaN goes to the lowest entry
+}
+
+// The dynamic map's codes 93 and 94 are -0.017031250521540642 and -0.014218750409781933 (float32): their true
+// midpoint is -0.015625000465661287, but (c93 + c94) * 0.5f rounds to -0.015625 exactly, above it, so -0.015625
+// is nearer c94 by 9.3e-10 and takes 94, where a rounded-midpoint rule gave 93.
+TEST(NearestCode, AValueOnARoundedUpMidpointTakesTheNearerUpperCode) {
+  const auto map = CreateDynamicMap();
+  ASSERT_TRUE(map.ok());
+  auto cb = PrepareCodebook(map->data(), 256);
+  ASSERT_TRUE(cb.ok());
+  ASSERT_EQ(((*map)[93] + (*map)[94]) * 0.5f, -0.015625f);
+  EXPECT_EQ(NearestCode(*cb, -0.015625f), 94);
+  EXPECT_EQ(NearestCode(*cb, std::nextafter(-0.015625f, -1.0f)), 93);
+}
+
+// SplitPoint(lo, hi) is the largest float at least as near lo as hi: 2t <= lo + hi < 2 * next(t), checked in long
+// double, exact for these pairs (exponents at most 40 apart).
+TEST(SplitPoint, IsTheLastFloatNearerTheLowerValue) {
+  std::vector<std::pair<float, float>> pairs;
+  for (const bool is_signed : {true, false}) {
+    const auto map = CreateDynamicMap(is_signed);
+    ASSERT_TRUE(map.ok());
+    std::vector<float> v(map->begin(), map->end());
+    std::sort(v.begin(), v.end());
+    for (size_t i = 0; i + 1 < v.size(); ++i) pairs.push_back({v[i], v[i + 1]});
+  }
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-140, 60);
+  for (int k = 0; k < 200000; ++k) {
+    const float scale = std::ldexp(1.0f, exponent(rng));
+    float a = unit(rng) * scale, b = k % 2 ? std::nextafter(a, INFINITY) : a + unit(rng) * scale;
+    if (!(std::isfinite(a) && std::isfinite(b))) continue;
+    pairs.push_back({std::min(a, b), std::max(a, b)});
+  }
+  pairs.push_back({-1e-45f, 1e-45f});
+  pairs.push_back({1e-45f, 3e-45f});
+  pairs.push_back({0.0f, 1e-45f});
+  int above = 0;
+  for (const auto& [lo, hi] : pairs) {
+    const float t = SplitPoint(lo, hi);
+    const long double sum = static_cast<long double>(lo) + hi;
+    ASSERT_LE(2.0L * t, sum) << lo << " " << hi;
+    ASSERT_GT(2.0L * std::nextafter(t, INFINITY), sum) << lo << " " << hi;
+    above += t != (lo + hi) * 0.5f;
+  }
+  EXPECT_GT(above, 1000);  // the rounded midpoint is often the wrong split
 }
 
 TEST(NearestCode, UnsortedCodebookReturnsOriginalIndex) {

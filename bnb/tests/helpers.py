@@ -1,5 +1,7 @@
 """Shared by the pytest files: devices present, dtypes, test data and a bit-exact tensor comparison."""
 
+from fractions import Fraction
+
 import torch
 
 FLOAT_DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -36,3 +38,24 @@ def sample(n, dtype, seed=0, specials=False):
         x[520:580] = torch.arange(520, 580) * 2.0**-140  # float32 subnormals
         x[600] = 6.0e-8  # a float16 subnormal
     return x.to(dtype)
+
+
+def values_around_midpoints(values: list[float]) -> list[float]:
+    """For each pair of neighbouring sorted float32 values: their midpoint rounded to float32 and the floats just
+    below and above it, where a nearest-value rule is easiest to get wrong."""
+    s = sorted(set(values))
+    mids = (torch.tensor(s[:-1]) + torch.tensor(s[1:])) * 0.5
+    below = torch.nextafter(mids, torch.full_like(mids, -2.0))
+    above = torch.nextafter(mids, torch.full_like(mids, 2.0))
+    return torch.cat([below, mids, above]).tolist()
+
+
+def exactly_nearest_codes(v: list[float], code: list[float]) -> list[int]:
+    """The code of each float v in `code`, by exact rational distances: the nearest value, an exact tie to the
+    lower value, equal values to the lowest code. Slow, independent of every rule the kernels use."""
+    exact = [Fraction(c) for c in code]
+    out = []
+    for x in v:
+        fx = Fraction(x)
+        out.append(min(range(len(code)), key=lambda k: (abs(fx - exact[k]), exact[k], k)))
+    return out

@@ -65,6 +65,34 @@ std::vector<float> Awkward() {
 }
 
 // Every entry is the same whatever run it is filled in and wherever its searches start.
+// The kernels' SplitPoint (numerics.cuh, host-compiled) is its bnb::core twin, bit for bit: the dynamic maps'
+// neighbours and random pairs across the exponent range, subnormals and neighbouring floats among them.
+TEST(SplitPoint, KernelTwinEqualsCore) {
+  std::vector<std::pair<float, float>> pairs;
+  for (const bool is_signed : {true, false}) {
+    auto map = core::CreateDynamicMap(is_signed);
+    ASSERT_TRUE(map.ok());
+    std::sort(map->begin(), map->end());
+    for (size_t i = 0; i + 1 < map->size(); ++i) pairs.push_back({(*map)[i], (*map)[i + 1]});
+  }
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-149, 127);
+  for (int k = 0; k < 100000; ++k) {
+    const float scale = std::ldexp(1.0f, exponent(rng));
+    const float a = unit(rng) * scale, b = k % 2 ? std::nextafter(a, INFINITY) : a + unit(rng) * scale;
+    if (std::isfinite(a) && std::isfinite(b)) pairs.push_back({std::min(a, b), std::max(a, b)});
+  }
+  int moved = 0;
+  for (const auto& [lo, hi] : pairs) {
+    const float core_split = core::SplitPoint(lo, hi);
+    ASSERT_EQ(core::FloatToBits(bnb::SplitPoint(lo, hi)), core::FloatToBits(core_split)) << lo << " " << hi;
+    ASSERT_EQ(core::FloatToBits(bnb::SplitPointOf(lo, hi, (lo + hi) * 0.5f)), core::FloatToBits(core_split));
+    moved += core_split != (lo + hi) * 0.5f;
+  }
+  EXPECT_GT(moved, 1000);
+}
+
 TEST(Codebook8Table, EntriesDoNotDependOnTheWalk) {
   for (const std::vector<float>& code : {*core::CreateDynamicMap(), Awkward()}) {
     const Prepared p = Prepare(code);

@@ -8,7 +8,8 @@ from torch.library import opcheck
 
 from bnb import functional as F
 from bnb.reference import blockwise4 as ref
-from helpers import BLOCKSIZES, FLOAT_DTYPES, assert_same_bits, devices, sample
+from helpers import (BLOCKSIZES, FLOAT_DTYPES, assert_same_bits, devices, exactly_nearest_codes, sample,
+                     values_around_midpoints)
 
 STORAGES = [torch.uint8, torch.float16, torch.bfloat16, torch.float32]
 
@@ -182,3 +183,19 @@ def test_packed_state_dict_round_trip(nested):
     again = F.QuantState.from_dict(d, device="cpu")
     assert again == state and again.shape == torch.Size([32, 64]) and again.quant_type == "fp4"
     assert_same_bits(F.dequantize_4bit(packed, again), F.dequantize_4bit(packed, state))
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
+def test_codes_are_exactly_nearest_around_every_midpoint(device, quant_type):
+    # Blocks of 64 that each start with 1.0 (absmax 1: each value is its own scaled value), then 63 test values.
+    code = ref.code4(quant_type, "cpu").tolist()
+    v = values_around_midpoints(code)
+    v += [0.0] * (-len(v) % 63)
+    rows = [[1.0] + v[k:k + 63] for k in range(0, len(v), 63)]
+    A = torch.tensor(rows, device=device).reshape(-1)
+    packed, absmax = torch.ops.bnb.quantize_4bit(A, 64, quant_type, torch.uint8)
+    assert absmax.tolist() == [1.0] * len(rows)
+    nibbles = torch.stack([packed.reshape(-1) >> 4, packed.reshape(-1) & 15], dim=1).reshape(len(rows), 64)
+    assert nibbles[:, 1:].reshape(-1).tolist() == exactly_nearest_codes(v, code)
+

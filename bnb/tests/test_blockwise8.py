@@ -6,7 +6,8 @@ import torch
 import bnb
 from bnb import functional as F
 from bnb.reference import blockwise8 as ref
-from helpers import BLOCKSIZES, FLOAT_DTYPES, assert_same_bits, devices, sample
+from helpers import (BLOCKSIZES, FLOAT_DTYPES, assert_same_bits, devices, exactly_nearest_codes, sample,
+                     values_around_midpoints)
 
 CODE = F.create_dynamic_map()
 
@@ -148,3 +149,17 @@ def test_out_arguments_aliasing_inputs_get_the_right_values():
     torch.ops.bnb.quantize_blockwise.out(A, CODE, 64, A.view(torch.uint8)[:1000], absmax_out)
     assert_same_bits(A.view(torch.uint8)[:1000], want_q)
     assert_same_bits(absmax_out, want_absmax)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("signed", [True, False])
+def test_codes_are_exactly_nearest_around_every_midpoint(device, signed):
+    # A leading 1.0 makes the block's absmax 1, so each value is its own scaled value. Among these are floats equal
+    # to a rounded midpoint that lies above the true one (-0.015625 between codes 93 and 94 of the signed map).
+    code = F.create_dynamic_map(signed=signed)
+    v = values_around_midpoints(code.tolist())
+    A = torch.tensor([1.0] + v, device=device)
+    q, absmax = torch.ops.bnb.quantize_blockwise(A, code.to(device), 4096)
+    assert absmax.tolist() == [1.0]
+    assert q[1:].tolist() == exactly_nearest_codes(v, code.tolist())
+

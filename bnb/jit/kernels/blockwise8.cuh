@@ -119,7 +119,7 @@ __device__ __noinline__ unsigned char code_exact(float x, float amax, const floa
 // 16-byte aligned), copied by every CTA of quantize_blockwise8 into shared memory.
 struct __align__(16) Prepared {
   unsigned key[cb8::kTableSize];  // bucket table
-  float mid[256];                  // the 255 midpoints (s[i] + s[i+1]) * 0.5f, ascending, and +inf
+  float mid[256];                  // the 255 splits SplitPoint(s[i], s[i+1]), ascending, and +inf
   unsigned char s2c[256];          // sorted position -> first code holding that value
 };
 static_assert(sizeof(Prepared) == 22784, "bnb::jit::kQuantizeBlockwise8ScratchBytes");
@@ -159,7 +159,12 @@ __global__ void __launch_bounds__(THREADS) prepare_codebook8(const float* __rest
     s_s2c[rank] = (unsigned char)first;
   }
   __syncthreads();
-  s_mid[i] = i < 255 ? __fmul_rn(__fadd_rn(s_sorted[i], s_sorted[i + 1]), 0.5f) : __uint_as_float(0x7F800000u);
+  if (i < 255) {
+    const float lo = s_sorted[i], hi = s_sorted[i + 1];
+    s_mid[i] = SplitPointOf(lo, hi, __fmul_rn(__fadd_rn(lo, hi), 0.5f));
+  } else {
+    s_mid[i] = __uint_as_float(0x7F800000u);
+  }
   __syncthreads();
   out->mid[i] = s_mid[i];
   out->s2c[i] = s_s2c[i];

@@ -23,7 +23,7 @@ constexpr int kFP4 = 1;
 
 struct Codebook4Tables {
   float value[16];          // code order
-  float mid[15];            // (sorted[i] + sorted[i + 1]) * 0.5f, ascending
+  float mid[15];            // SplitPoint(sorted[i], sorted[i + 1]), ascending
   unsigned char s2c[16];    // sorted position -> lowest code holding that value
 };
 
@@ -70,7 +70,7 @@ BNB_CONSTEXPR_HD Codebook4Tables MakeCodebook4Tables(int quant) {
     }
     order[j] = o;
   }
-  for (int i = 0; i < 15; ++i) t.mid[i] = (t.value[order[i]] + t.value[order[i + 1]]) * 0.5f;
+  for (int i = 0; i < 15; ++i) t.mid[i] = SplitPoint(t.value[order[i]], t.value[order[i + 1]]);
   for (int i = 0; i < 16; ++i) {
     int code = 0;
     while (!(t.value[code] == t.value[order[i]])) ++code;

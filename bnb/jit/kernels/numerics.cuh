@@ -51,4 +51,24 @@ BNB_HD float ScaleFast(float x, float a, float y) {
   return FmaRn(r1, y, q1);
 }
 
+// ---- Nearest-value splits. ----
+// The largest float t such that every float v <= t is at least as near lo as hi (lo <= hi, finite), so v takes hi
+// exactly when v > t: m = (lo + hi) * 0.5f, or the float just below it where that rounding lands above the true
+// midpoint. Twin of bnb::core::SplitPoint (codebook.h; a host test keeps them equal). Exact: Knuth's TwoSum gives
+// lo + hi == s + err, and (m - s) + m is 2m - s exactly (m is s halved, rounded only among subnormals). m comes
+// in computed, because device code must compute it by __fmul_rn: a multiply contracted into (m - s)'s fma would
+// hide the subnormal rounding.
+BNB_CONSTEXPR_HD float SplitPointOf(float lo, float hi, float m) {
+  const float s = lo + hi;
+  if (!(s - s == 0.0f)) return m;  // lo + hi overflowed
+  const float hi_part = s - lo;
+  const float err = (lo - (s - hi_part)) + (hi - hi_part);
+  if (!((m - s) + m > err)) return m;
+  const unsigned b = FloatBits(m);
+  return m > 0.0f ? BitsFloat(b - 1u) : (m < 0.0f ? BitsFloat(b + 1u) : BitsFloat(0x80000001u));
+}
+
+// SplitPoint for constant expressions and host code, which round each step on its own.
+BNB_CONSTEXPR_HD float SplitPoint(float lo, float hi) { return SplitPointOf(lo, hi, (lo + hi) * 0.5f); }
+
 }  // namespace bnb

@@ -1,8 +1,8 @@
 """4-bit NF4/FP4 quantization in plain torch: the definition bnb/core/blockwise4 implements element for element.
 
 Blocks scale exactly as in 8-bit (see blockwise8.py); each scaled value takes the code of the nearest of the 16
-values (midpoint rule, ties to the lower value, equal values to the lowest code); two codes share a byte, the
-even-indexed element in the high nibble; the bytes are viewed as `quant_storage`.
+values (blockwise8.nearest_code: exact ties to the lower value, equal values to the lowest code); two codes share a
+byte, the even-indexed element in the high nibble; the bytes are viewed as `quant_storage`.
 """
 
 import math

@@ -1,8 +1,8 @@
 """Blockwise 8-bit quantization in plain torch: the definition of bnb/core/blockwise8.h, element for element.
 
 Per block: absmax = max |x| (NaN if the block holds NaN); v = x / absmax (0 when absmax is 0, +-1 for +-inf);
-the code is that of the nearest codebook value, decided by the midpoints between sorted values (a tie goes to the
-lower value, equal values to the lowest code, NaN to the lowest value).
+the code is that of the nearest codebook value (an exact tie goes to the lower value, equal values to the lowest
+code, NaN to the lowest value), found by the splits between sorted neighbours (split_points).
 """
 
 import torch
@@ -25,13 +25,26 @@ def _check_code(op: str, code: torch.Tensor) -> None:
            f"bnb::{op}: code must hold 256 float32 values, got {code.numel()} {code.dtype}")
 
 
+def split_points(values: torch.Tensor) -> torch.Tensor:
+    """bnb::core::SplitPoint of each pair of neighbours in the ascending float32 values: the largest float t such
+    that every v <= t is at least as near the lower value, so v takes the upper one exactly when v > t. That is the
+    rounded midpoint (lo + hi) * 0.5, or the float below it where the rounding went above the true midpoint; lo + hi
+    == s + err exactly (TwoSum), and (m - s) + m is 2m - s exactly."""
+    lo, hi = values[:-1], values[1:]
+    s = lo + hi
+    m = s * 0.5
+    hi_part = s - lo
+    err = (lo - (s - hi_part)) + (hi - hi_part)
+    above = torch.isfinite(s) & ((m - s) + m > err)
+    return torch.where(above, torch.nextafter(m, torch.full_like(m, -torch.inf)), m)
+
+
 def nearest_code(v: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
     """uint8 codes of the scaled float32 values v (any shape) in the codebook `code` (256 or 16 entries)."""
     values, order = torch.sort(code.float(), stable=True)
     first_of_run = torch.searchsorted(values, values)  # equal values share the first position of their run
     lowest_code = order[first_of_run]
-    mid = (values[:-1] + values[1:]) * 0.5
-    pos = torch.searchsorted(mid, v.contiguous(), right=False)  # number of midpoints strictly below v
+    pos = torch.searchsorted(split_points(values), v.contiguous(), right=False)  # number of splits strictly below v
     pos = torch.where(torch.isnan(v), 0, pos)
     return lowest_code[pos].to(torch.uint8)
 
