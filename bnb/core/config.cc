@@ -1,9 +1,15 @@
 #include "bnb/core/config.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "toml++/toml.h"
 
@@ -31,7 +37,24 @@ std::string UserConfigPath() {
   return "";
 }
 
-bool FileExists(const std::string& path) { return !path.empty() && std::ifstream(path).good(); }
+// Whether a config file is at `path`: false when nothing is there; an error naming the path when something is that
+// cannot be read as one (a directory, a FIFO, which would block the reader, a file without read permission).
+absl::StatusOr<bool> ConfigFileAt(const std::string& path) {
+  if (path.empty()) return false;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return false;
+    return absl::InvalidArgumentError(absl::StrCat("config file ", path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("config file ", path, " is not a regular file",
+                                                   S_ISDIR(st.st_mode) ? " (a directory)" : ""));
+  }
+  if (access(path.c_str(), R_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("config file ", path, " cannot be read: ", std::strerror(errno)));
+  }
+  return true;
+}
 
 absl::Status UnknownKey(absl::string_view name) {
   return absl::NotFoundError(absl::StrCat("unknown config key '", name, "' (python -m bnb config lists every key)"));
@@ -51,6 +74,14 @@ absl::Status ParseConfigFile(const std::string& path, absl::flat_hash_map<std::s
     if (!table) {
       return absl::InvalidArgumentError(absl::StrCat(Where(path, node.source()), ": '", std::string(section.str()),
                                                      "' must be a [section] table (e.g. [cpu])"));
+    }
+    const std::string prefix = absl::StrCat(std::string(section.str()), ".");
+    const bool known_section = std::any_of(AllKnobs().begin(), AllKnobs().end(), [&](const KnobSpec& k) {
+      return absl::StartsWith(k.name, prefix);
+    });
+    if (!known_section && table->empty()) {  // a misspelt header whose keys are commented out (keys name themselves)
+      return absl::InvalidArgumentError(absl::StrCat(Where(path, node.source()), ": unknown section '",
+                                                     std::string(section.str()), "'"));
     }
     for (const auto& [key, value] : *table) {
       const std::string name = absl::StrCat(std::string(section.str()), ".", std::string(key.str()));
@@ -78,11 +109,16 @@ absl::Status Config::Reload() {
   for (const KnobSpec& spec : AllKnobs()) values[spec.name] = ConfigEntry{&spec, spec.default_value, "default"};
 
   std::vector<std::string> files;
-  if (std::string user = UserConfigPath(); FileExists(user)) files.push_back(user);
-  if (FileExists("bnb.toml")) files.push_back("bnb.toml");
+  for (const std::string& path : {UserConfigPath(), std::string("bnb.toml")}) {
+    absl::StatusOr<bool> there = ConfigFileAt(path);
+    if (!there.ok()) return there.status();
+    if (*there) files.push_back(path);
+  }
   if (const char* explicit_file = std::getenv("BNB_CONFIG"); explicit_file && *explicit_file) {
-    if (!FileExists(explicit_file)) {
-      return absl::NotFoundError(absl::StrCat("BNB_CONFIG names ", explicit_file, ", which cannot be read"));
+    absl::StatusOr<bool> there = ConfigFileAt(explicit_file);
+    if (!there.ok()) return absl::InvalidArgumentError(absl::StrCat("BNB_CONFIG: ", there.status().message()));
+    if (!*there) {
+      return absl::InvalidArgumentError(absl::StrCat("BNB_CONFIG names ", explicit_file, ", which does not exist"));
     }
     files.push_back(explicit_file);
   }

@@ -13,7 +13,7 @@ namespace bnb::core {
 const std::vector<KnobSpec>& AllKnobs() {
   static const std::vector<KnobSpec> knobs = {
       {"cpu.isa", KnobType::kString, std::string("best"), 0, 0,
-       "highest CPU instruction set the vectorized kernels may use (best, avx3, avx2, sse4, ..., emu128)", false,
+       "highest CPU instruction set the vectorized kernels may use (best, avx3, avx2, sse4, ssse3, scalar)", false,
        [](const KnobValue& v) { return ValidateIsaName(std::get<std::string>(v)); }},
       {"cpu.threads", KnobType::kInt, int64_t{0}, 0, 4096,
        "most threads a CPU kernel splits its work over; 0 follows torch.get_num_threads()"},

@@ -92,10 +92,20 @@ absl::StatusOr<CudaDriver> OpenDriver() {
   return d;
 }
 
+std::mutex fallback_nvrtc_mu;
+std::string& FallbackNvrtcPath() {
+  static std::string* const path = new std::string;
+  return *path;
+}
+
 absl::StatusOr<Nvrtc> OpenNvrtc() {
   std::vector<std::string> candidates;
   if (absl::StatusOr<std::string> p = core::Config::Global().GetString("cuda.nvrtc_path"); p.ok() && !p->empty()) {
     candidates.push_back(*p);
+  }
+  {
+    std::lock_guard<std::mutex> lock(fallback_nvrtc_mu);
+    if (!FallbackNvrtcPath().empty()) candidates.push_back(FallbackNvrtcPath());
   }
   const std::string cuda_home = Env("CUDA_HOME");
   for (const char* so : {"libnvrtc.so.13", "libnvrtc.so.12"}) {
@@ -160,6 +170,11 @@ absl::StatusOr<Nvrtc> OpenNvrtc() {
 }
 
 }  // namespace
+
+void SetFallbackNvrtcPath(const std::string& path) {
+  std::lock_guard<std::mutex> lock(fallback_nvrtc_mu);
+  FallbackNvrtcPath() = path;
+}
 
 absl::StatusOr<const CudaDriver*> GetCudaDriver() {
   static const absl::StatusOr<CudaDriver>* const driver = new absl::StatusOr<CudaDriver>(OpenDriver());

@@ -83,7 +83,12 @@ struct Nvrtc {
 // keep working). The error is remembered: later calls return it without trying again.
 absl::StatusOr<const CudaDriver*> GetCudaDriver();
 
-// NVRTC, opened once per process. Looks for, in order: the file named by $BNB_CUDA_NVRTC_PATH; libnvrtc.so.13 and
+// A library file GetNvrtc tries right after the cuda.nvrtc_path knob's (so any config layer that sets the knob
+// wins): the Python package passes the nvidia-cuda-nvrtc wheel's copy. Takes effect if NVRTC is not open yet.
+void SetFallbackNvrtcPath(const std::string& path);
+
+// NVRTC, opened once per process. Looks for, in order: the file the cuda.nvrtc_path knob names (env
+// BNB_CUDA_NVRTC_PATH, or any config layer), SetFallbackNvrtcPath's; libnvrtc.so.13 and
 // then libnvrtc.so.12 through the dynamic loader (LD_LIBRARY_PATH, an already-loaded copy such as torch's), then
 // under $CUDA_HOME/lib64, $CUDA_HOME/lib and /usr/local/cuda/lib64. NVRTC's companion libnvrtc-builtins is
 // preloaded from the same directory, so a copy outside the loader's path works. An error lists every place tried.

@@ -12,6 +12,7 @@
 #include "bnb/core/cpu_isa.h"
 #include "bnb/core/cpu_settings.h"
 #include "bnb/jit/all_kernels.h"
+#include "bnb/jit/cuda_api.h"
 #include "bnb/jit/kernel_cache.h"
 
 namespace py = pybind11;
@@ -42,11 +43,20 @@ py::object ToPython(const KnobValue& v) {
 }
 
 // Python values keep their own type (True stays a bool, "3" stays a string), so Set can report a wrong type.
-KnobValue FromPython(const py::handle& h) {
+// `name` is the knob, for the errors raised here.
+KnobValue FromPython(const std::string& name, const py::handle& h) {
+  const std::string shown = py::repr(h);
   if (py::isinstance<py::bool_>(h)) return h.cast<bool>();
-  if (py::isinstance<py::int_>(h)) return h.cast<int64_t>();
+  if (py::isinstance<py::int_>(h)) {
+    try {
+      return h.cast<int64_t>();
+    } catch (const py::cast_error&) {
+      throw py::value_error(name + ": expected a 64-bit integer, got " + shown);
+    }
+  }
   if (py::isinstance<py::str>(h)) return h.cast<std::string>();
-  throw py::type_error("bnb.config: values are int, bool or str, got " + std::string(py::str(py::type::handle_of(h))));
+  throw py::type_error(name + ": values are int, bool or str, got " + shown + " of type " +
+                       std::string(py::str(py::type::handle_of(h))));
 }
 
 }  // namespace
@@ -56,7 +66,9 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("config_get", [](const std::string& name) { return ToPython(Unwrap(Config::Global().Get(name)).value); });
   m.def("config_source", [](const std::string& name) { return Unwrap(Config::Global().Get(name)).source; });
-  m.def("config_set", [](const std::string& name, py::handle v) { Raise(Config::Global().Set(name, FromPython(v))); });
+  m.def("config_set", [](const std::string& name, py::handle v) {
+    Raise(Config::Global().Set(name, FromPython(name, v)));
+  });
   m.def("config_unset", [](const std::string& name) { Raise(Config::Global().Unset(name)); });
   m.def("config_reset", [] { Config::Global().ResetRuntime(); });
   m.def("config_reload", [] { Raise(Config::Global().Reload()); });
@@ -105,6 +117,8 @@ PYBIND11_MODULE(_C, m) {
   }, "(name, bytes, mtime) of every file in the disk cache.");
   m.def("cache_clear", [] { return Unwrap(bnb::jit::KernelCache::Global().ClearDisk()); },
         "Removes every cached kernel file; returns how many.");
+  m.def("set_fallback_nvrtc_path", &bnb::jit::SetFallbackNvrtcPath,
+        "Where to look for NVRTC when the cuda.nvrtc_path knob is empty (the nvidia-cuda-nvrtc wheel's copy).");
   m.def("cache_warm", [](const std::string& arch, py::object progress) {
     const auto specs = bnb::jit::AllKernelSpecs(arch);
     absl::Status st;

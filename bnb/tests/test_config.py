@@ -110,3 +110,45 @@ def test_cli_reports_a_bad_file_without_a_traceback(clean_env):
     assert run.returncode == 2
     assert "bnb.toml:2:11: cpu.threads: expected an integer, got 'x'" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_odd_config_paths_are_errors_naming_them(clean_env, monkeypatch):
+    (clean_env / "bnb.toml").mkdir()
+    with pytest.raises(ValueError, match=r"config file bnb\.toml is not a regular file \(a directory\)"):
+        bnb.config.reload()
+    (clean_env / "bnb.toml").rmdir()
+    os.mkfifo(clean_env / "bnb.toml")  # opening it would wait for a writer forever
+    with pytest.raises(ValueError, match=r"config file bnb\.toml is not a regular file"):
+        bnb.config.reload()
+    (clean_env / "bnb.toml").unlink()
+    monkeypatch.setenv("BNB_CONFIG", str(clean_env / "missing.toml"))
+    with pytest.raises(ValueError, match=r"BNB_CONFIG names .*missing\.toml, which does not exist"):
+        bnb.config.reload()
+    monkeypatch.setenv("BNB_CONFIG", str(clean_env))
+    with pytest.raises(ValueError, match=r"BNB_CONFIG: config file .* is not a regular file \(a directory\)"):
+        bnb.config.reload()
+
+
+def test_unknown_sections_are_errors_even_when_empty(clean_env):
+    (clean_env / "bnb.toml").write_text("[cpu]\nthreads = 1\n\n[gpu]\n# threads = 2\n")
+    with pytest.raises(ValueError, match=r"bnb\.toml:4:1: unknown section 'gpu'"):
+        bnb.config.reload()
+
+
+def test_set_names_the_knob_for_values_it_cannot_take(clean_env):
+    with pytest.raises(ValueError, match=r"cpu\.threads: expected a 64-bit integer, got 9223372036854775808"):
+        bnb.config.set("cpu.threads", 2**63)
+    with pytest.raises(TypeError, match=r"cpu\.threads: values are int, bool or str, got 1\.5"):
+        bnb.config.set("cpu.threads", 1.5)
+
+
+def test_a_config_files_nvrtc_path_beats_the_detected_wheel(clean_env):
+    # Importing bnb offers the nvidia-cuda-nvrtc wheel's library (where installed) below every config layer.
+    (clean_env / "bnb.toml").write_text('[cuda]\nnvrtc_path = "/opt/nv/libnvrtc.so"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BNB_")}
+    code = ("import os, bnb; print(bnb.config.get('cuda.nvrtc_path'), bnb.config.source('cuda.nvrtc_path'), "
+            "'BNB_CUDA_NVRTC_PATH' in os.environ)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env,
+                         cwd=clean_env).stdout.split()
+    assert out == ["/opt/nv/libnvrtc.so", "bnb.toml:2", "False"]
+

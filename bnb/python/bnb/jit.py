@@ -49,15 +49,14 @@ def cache_warm(arch: str, progress: bool = True) -> int:
 
 
 def _locate_nvrtc() -> None:
-    """Points cuda.nvrtc_path at the nvidia-cuda-nvrtc wheel's library when that wheel is installed (torch's CUDA
-    builds depend on it) and nothing else was chosen. A file-system look-up only: no library is opened."""
-    if os.environ.get("BNB_CUDA_NVRTC_PATH"):
-        return
+    """Offers the nvidia-cuda-nvrtc wheel's library (torch's CUDA builds depend on it) as the place to find NVRTC
+    when the cuda.nvrtc_path knob is empty, below every config layer (so it neither overrides a config file's path
+    nor shows up as one). A file-system look-up only: no library is opened."""
     import importlib.util
     spec = importlib.util.find_spec("nvidia")
     for root in (spec.submodule_search_locations or []) if spec else []:
         for cu, so in (("cu13", "libnvrtc.so.13"), ("cuda_nvrtc", "libnvrtc.so.12"), ("cu12", "libnvrtc.so.12")):
             path = os.path.join(root, cu, "lib", so)
             if os.path.exists(path):
-                os.environ["BNB_CUDA_NVRTC_PATH"] = path
+                _C.set_fallback_nvrtc_path(path)
                 return
