@@ -16,8 +16,8 @@ void CheckDType(const char* op, const char* arg, const at::Tensor& t, c10::Scala
 }
 
 void CheckNotEmpty(const char* op, const char* arg, const at::Tensor& t) {
-  TORCH_CHECK(t.sym_numel() != 0, "bnb::", op, ": ", arg, " is empty (shape ", t.sym_sizes(), "); there is ",
-              "nothing to quantize");
+  TORCH_CHECK(t.sym_numel() != 0, "bnb::", op, ": ", arg, " is empty (shape ", t.sym_sizes(), "); expected at least ",
+              "one element");
 }
 
 void CheckSameDevice(const char* op, const char* arg, const at::Tensor& t, const at::Tensor& ref) {

@@ -97,8 +97,11 @@ class QuantState:
                 "nested_dtype": _dtype_name(self.state2.dtype),
                 "nested_offset": self.offset.item(),
             })
-        if not packed or self.quant_type is None:
+        if not packed:
             return qs_dict
+        if self.quant_type is None:
+            raise ValueError("QuantState.as_dict: packed=True is for 4-bit states (its key names the quant_type); "
+                             "this is an 8-bit state, whose as_dict() is already plain tensors and values")
         out = {k: v for k, v in qs_dict.items() if isinstance(v, torch.Tensor)}
         plain = {k: v for k, v in qs_dict.items() if not isinstance(v, torch.Tensor)}
         out["quant_state.bitsandbytes__" + self.quant_type] = pack_dict_to_tensor(plain)
