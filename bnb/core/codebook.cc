@@ -18,9 +18,9 @@ namespace bnb::core {
 namespace {
 
 // bitsandbytes' create_dynamic_map() (signed, 7 exponent bits, 8 bits) as float32 bit patterns, as torch's AVX2 CPU
-// kernels compute it. bitsandbytes builds the map with torch.linspace, whose vectorized CPU code rounds a few
-// entries differently (by 1 ulp) on other instruction sets, so the published default is pinned here; the
-// algorithm below reproduces it within 2 ulps (core_codebook_test checks both).
+// kernels compute it. bitsandbytes builds the map with torch.linspace, whose CPU code rounds a few entries
+// differently (by 1 ulp) without FMA, so the published default is pinned here; the algorithm below (linspace by
+// fused multiply-adds) reproduces it bit for bit (core_codebook_test checks both).
 constexpr uint32_t kDefaultDynamicMapBits[kCodebookSize] = {
     0xbf7e3333, 0xbf7a999a, 0xbf770000, 0xbf736666, 0xbf6fcccd, 0xbf6c3333, 0xbf68999a, 0xbf650000,
     0xbf616666, 0xbf5dcccd, 0xbf5a3333, 0xbf56999a, 0xbf530000, 0xbf4f6666, 0xbf4bcccd, 0xbf483333,
@@ -58,13 +58,17 @@ constexpr uint32_t kDefaultDynamicMapBits[kCodebookSize] = {
 
 // torch.linspace(start, end, steps, dtype=float32) on the CPU, element for element: a float step, and the
 // second half counted back from `end` so that both ends are exact.
+// torch.linspace(start, end, steps, dtype=float32) as torch 2.x computes it on the CPU: from start for the first
+// half and from end for the rest, each value by one fused multiply-add (matched bit for bit for 1..259 steps on
+// AVX2; torch's kernels without FMA round twice, up to 2 ulps apart).
 std::vector<float> LinspaceF32(float start, float end, int steps) {
+  if (steps == 1) return {start};
   std::vector<float> out(steps);
   const float step = (end - start) / static_cast<float>(steps - 1);
   const int halfway = steps / 2;
   for (int i = 0; i < steps; ++i) {
-    out[i] = i < halfway ? start + step * static_cast<float>(i)
-                         : end - step * static_cast<float>(steps - i - 1);
+    out[i] = i < halfway ? std::fma(step, static_cast<float>(i), start)
+                         : std::fma(-step, static_cast<float>(steps - i - 1), end);
   }
   return out;
 }
@@ -95,32 +99,32 @@ std::vector<float> DefaultDynamicMap() {
 }
 
 absl::StatusOr<std::vector<float>> ComputeDynamicMap(bool is_signed, int max_exponent_bits, int total_bits) {
-  if (total_bits < 2 || total_bits > 8) {
-    return absl::InvalidArgumentError(absl::StrCat("create_dynamic_map: total_bits must be in 2..8, got ", total_bits));
+  const std::string call = absl::StrCat("create_dynamic_map(signed=", is_signed ? "True" : "False",
+                                        ", max_exponent_bits=", max_exponent_bits, ", total_bits=", total_bits, ")");
+  if (total_bits < 1 || total_bits > 8) {
+    return absl::InvalidArgumentError(absl::StrCat(call, ": total_bits must be in 1..8"));
   }
-  const int non_sign_bits = total_bits - 1;
-  if (max_exponent_bits < 1 || max_exponent_bits > non_sign_bits) {
-    return absl::InvalidArgumentError(absl::StrCat("create_dynamic_map: max_exponent_bits must be in 1..",
-                                                   non_sign_bits, " for total_bits=", total_bits, ", got ",
-                                                   max_exponent_bits));
+  if (max_exponent_bits < 1 || max_exponent_bits > 64) {  // past 45 decades every float32 value is 0
+    return absl::InvalidArgumentError(absl::StrCat(call, ": max_exponent_bits must be in 1..64"));
   }
+  // Python's int(2 ** e + 1): 1 for negative e, a linspace of one value and no means. e <= 7 here.
+  const auto items = [](int e) { return e < 0 ? 1 : (1 << e) + 1; };
   std::vector<float> data;
-  const int additional_items = (1 << (non_sign_bits - max_exponent_bits)) - 1;
+  const int non_sign_bits = total_bits - 1;
   for (int i = 0; i < max_exponent_bits; ++i) {
-    const int fraction_items = is_signed ? (1 << (i + non_sign_bits - max_exponent_bits)) + 1
-                                         : (1 << (i + non_sign_bits - max_exponent_bits + 1)) + 1;
-    AppendScaledMeans(data, fraction_items, std::pow(10.0, -(max_exponent_bits - 1) + i), is_signed);
+    const int e = i + non_sign_bits - max_exponent_bits + (is_signed ? 0 : 1);
+    AppendScaledMeans(data, items(e), std::pow(10.0, -(max_exponent_bits - 1) + i), is_signed);
   }
-  if (additional_items > 0) {
-    AppendScaledMeans(data, additional_items + 1, std::pow(10.0, -(max_exponent_bits - 1) + max_exponent_bits - 1),
-                      is_signed);
+  // bitsandbytes' additional items: 2^(non_sign_bits - max_exponent_bits) - 1 means, scaled by its loop's last
+  // 10^(-(max_exponent_bits - 1) + i), which is 1.
+  if (non_sign_bits > max_exponent_bits) {
+    AppendScaledMeans(data, 1 << (non_sign_bits - max_exponent_bits), 1.0, is_signed);
   }
   data.push_back(0.0f);
   data.push_back(1.0f);
-  if (data.size() > kCodebookSize) {
-    return absl::InvalidArgumentError(absl::StrCat("create_dynamic_map(signed=", is_signed, ", max_exponent_bits=",
-                                                   max_exponent_bits, ", total_bits=", total_bits, ") has ",
-                                                   data.size(), " values, more than 256"));
+  if (data.size() != (size_t{1} << total_bits)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(call, " describes ", data.size(), " values, not 2^total_bits = ", 1 << total_bits));
   }
   data.resize(kCodebookSize, 0.0f);
   std::sort(data.begin(), data.end());

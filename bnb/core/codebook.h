@@ -17,16 +17,18 @@ inline constexpr int kCodebookSize = 256;
 
 // The dynamic quantization map of Dettmers (arXiv:1511.04561) as bitsandbytes'
 // `create_dynamic_map(signed, max_exponent_bits, total_bits)` builds it: sorted ascending, padded with zeros to
-// 256. The default (signed, 7, 8) is DefaultDynamicMap(); other arguments are computed, equal to bitsandbytes'
-// within 2 ulps (torch.linspace, which bitsandbytes uses, itself varies by 1 ulp across CPU instruction sets).
-// Fails when the arguments describe more than 256 values or max_exponent_bits is outside 1..total_bits-1.
+// 256, bit for bit as torch's linspace computes it on x86 CPUs with FMA (AVX2 and up: one rounding per value).
+// Takes the arguments bitsandbytes takes, odd ones included (a signed map with max_exponent_bits above
+// total_bits - 1 starts its decades lower). Fails, naming them, where bitsandbytes fails: arguments whose map does
+// not hold exactly 2^total_bits values (its assert), max_exponent_bits < 1 (its NameError), and total_bits outside
+// 1..8 (a map the 8-bit ops could not take).
 absl::StatusOr<std::vector<float>> CreateDynamicMap(bool is_signed = true, int max_exponent_bits = 7,
                                                      int total_bits = 8);
 
-// bitsandbytes' default map value for value, as torch's AVX2 CPU kernels (the usual x86 path) compute it.
+// bitsandbytes' default map, value for value: a pinned table, equal to ComputeDynamicMap(true, 7, 8).
 std::vector<float> DefaultDynamicMap();
 
-// The map computed by bitsandbytes' algorithm with scalar float32 arithmetic.
+// The map computed by bitsandbytes' algorithm (CreateDynamicMap without the pinned default).
 absl::StatusOr<std::vector<float>> ComputeDynamicMap(bool is_signed, int max_exponent_bits, int total_bits);
 
 // PreparedCodebook's second, table-free way to its codes (see NearestCode), for codebooks shaped like the
