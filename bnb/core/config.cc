@@ -32,7 +32,8 @@ absl::StatusOr<KnobValue> TomlValue(const KnobSpec& spec, const toml::node& node
 
 // $XDG_CONFIG_HOME/bnb/config.toml, else ~/.config/bnb/config.toml; empty when neither variable is set.
 std::string UserConfigPath() {
-  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) return absl::StrCat(x, "/bnb/config.toml");
+  // The XDG base directory spec: a relative XDG_CONFIG_HOME is invalid and ignored.
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && x[0] == '/') return absl::StrCat(x, "/bnb/config.toml");
   if (const char* h = std::getenv("HOME"); h && *h) return absl::StrCat(h, "/.config/bnb/config.toml");
   return "";
 }

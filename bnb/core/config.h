@@ -21,7 +21,7 @@ namespace bnb::core {
 struct ConfigEntry {
   const KnobSpec* spec;
   KnobValue value;
-  std::string source;  // "default", "/path/bnb.toml:3", "env BNB_CPU_ISA", "bnb.config.set"
+  std::string source;  // "default", "<file as looked up>:3" (e.g. bnb.toml:3), "env BNB_CPU_ISA", "bnb.config.set"
 };
 
 // Parses one TOML config file into `out` (knob name -> entry). Errors read "path:line:col: message" and name the

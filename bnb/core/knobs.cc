@@ -73,6 +73,10 @@ absl::Status ValidateKnob(const KnobSpec& spec, const KnobValue& v) {
     return absl::InvalidArgumentError(absl::StrCat(spec.name, ": expected ", KnobTypeName(spec.type), ", got ",
                                                    KnobValueToString(v)));
   }
+  if (spec.type == KnobType::kString && std::get<std::string>(v).find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(spec.name, ": the value holds a NUL byte, which no name or path "
+                                                   "can; got ", KnobValueToString(v)));
+  }
   if (spec.type == KnobType::kInt) {
     const int64_t i = std::get<int64_t>(v);
     if (i < spec.min || i > spec.max) {

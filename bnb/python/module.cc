@@ -22,12 +22,22 @@ namespace {
 using bnb::core::Config;
 using bnb::core::KnobValue;
 
-// absl errors become Python exceptions: unknown keys KeyError, everything else ValueError.
+// Text from the environment or the file system as Python sees such text (os.fsdecode): bytes that are not UTF-8
+// become surrogates, so a path round-trips through os.fsencode and nothing raises UnicodeDecodeError.
+py::str FsStr(const std::string& s) {
+  return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()),
+                                                             "surrogateescape"));
+}
+
+// absl errors become Python exceptions: unknown keys KeyError, everything else ValueError. A message quoting bytes
+// that are not UTF-8 (an environment value, say) shows them as \xNN escapes.
 void Raise(const absl::Status& st) {
   if (st.ok()) return;
   const std::string msg(st.message());
-  if (absl::IsNotFound(st)) throw py::key_error(msg);
-  throw py::value_error(msg);
+  py::object text = py::reinterpret_steal<py::object>(
+      PyUnicode_DecodeUTF8(msg.data(), static_cast<Py_ssize_t>(msg.size()), "backslashreplace"));
+  PyErr_SetObject(absl::IsNotFound(st) ? PyExc_KeyError : PyExc_ValueError, text.ptr());
+  throw py::error_already_set();
 }
 
 template <class T>
@@ -39,7 +49,7 @@ T Unwrap(absl::StatusOr<T> v) {
 py::object ToPython(const KnobValue& v) {
   if (const auto* i = std::get_if<int64_t>(&v)) return py::int_(*i);
   if (const auto* b = std::get_if<bool>(&v)) return py::bool_(*b);
-  return py::str(std::get<std::string>(v));
+  return FsStr(std::get<std::string>(v));
 }
 
 // Python values keep their own type (True stays a bool, "3" stays a string), so Set can report a wrong type.
@@ -54,7 +64,11 @@ KnobValue FromPython(const std::string& name, const py::handle& h) {
       throw py::value_error(name + ": expected a 64-bit integer, got " + shown);
     }
   }
-  if (py::isinstance<py::str>(h)) return h.cast<std::string>();
+  if (py::isinstance<py::str>(h)) {  // os.fsencode's bytes, so what FsStr gave comes back unchanged
+    py::bytes b = py::reinterpret_steal<py::bytes>(PyUnicode_AsEncodedString(h.ptr(), "utf-8", "surrogateescape"));
+    if (!b) throw py::error_already_set();
+    return std::string(b);
+  }
   throw py::type_error(name + ": values are int, bool or str, got " + shown + " of type " +
                        std::string(py::str(py::type::handle_of(h))));
 }
@@ -65,7 +79,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "bnb's C++ core: configuration, CPU dispatch and codebooks. Loading it registers torch.ops.bnb.*";
 
   m.def("config_get", [](const std::string& name) { return ToPython(Unwrap(Config::Global().Get(name)).value); });
-  m.def("config_source", [](const std::string& name) { return Unwrap(Config::Global().Get(name)).source; });
+  m.def("config_source", [](const std::string& name) { return FsStr(Unwrap(Config::Global().Get(name)).source); });
   m.def("config_set", [](const std::string& name, py::handle v) {
     Raise(Config::Global().Set(name, FromPython(name, v)));
   });
@@ -106,7 +120,7 @@ PYBIND11_MODULE(_C, m) {
     return d;
   }, "Kernel cache counters of this process.");
   m.def("jit_reset_stats", [] { bnb::jit::KernelCache::Global().ResetStats(); });
-  m.def("cache_dir", [] { return bnb::jit::KernelCache::Global().DiskDir(); },
+  m.def("cache_dir", [] { return FsStr(bnb::jit::KernelCache::Global().DiskDir()); },
         "The kernel cache directory in use; empty when the disk cache is off or unusable.");
   m.def("cache_list", [] {
     py::list out;

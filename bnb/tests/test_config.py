@@ -152,3 +152,36 @@ def test_a_config_files_nvrtc_path_beats_the_detected_wheel(clean_env):
                          cwd=clean_env).stdout.split()
     assert out == ["/opt/nv/libnvrtc.so", "bnb.toml:2", "False"]
 
+
+def test_bytes_that_are_not_utf8_neither_crash_nor_vanish(clean_env, monkeypatch):
+    monkeypatch.setenv("BNB_CACHE_DIR", os.fsdecode(b"/tmp/bnb-\xff"))
+    bnb.config.reload()
+    assert os.fsencode(bnb.config.get("cache.dir")) == b"/tmp/bnb-\xff"  # as os.fsdecode gives it: round-trips
+    bnb.config.set("cache.dir", bnb.config.get("cache.dir"))
+    assert os.fsencode(bnb.config.get("cache.dir")) == b"/tmp/bnb-\xff"
+    monkeypatch.setenv("BNB_CPU_ISA", os.fsdecode(b"avx\xff"))
+    with pytest.raises(ValueError, match=r"cpu\.isa: 'avx\\xff' is not an instruction set"):
+        bnb.config.reload()
+
+
+def test_string_values_cannot_hold_nul(clean_env):
+    with pytest.raises(ValueError, match="cache.dir: the value holds a NUL byte"):
+        bnb.config.set("cache.dir", "/x\x00y")
+
+
+def test_relative_xdg_config_home_is_ignored(clean_env, monkeypatch):
+    (clean_env / "rel" / "bnb").mkdir(parents=True)
+    (clean_env / "rel" / "bnb" / "config.toml").write_text("[cpu]\nthreads = 3\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", "rel")  # the XDG spec: relative values are invalid
+    monkeypatch.setenv("HOME", str(clean_env / "home"))
+    bnb.config.reload()
+    assert bnb.config.source("cpu.threads") == "default"
+
+
+def test_cli_notes_bnb_variables_that_name_no_knob(clean_env):
+    env = dict(os.environ, BNB_CPU_THRAEDS="3")
+    run = subprocess.run([sys.executable, "-m", "bnb", "config"], capture_output=True, text=True, env=env,
+                         cwd=clean_env)
+    assert run.returncode == 0
+    assert "note: BNB_CPU_THRAEDS is set but is no bnb knob's variable" in run.stderr
+

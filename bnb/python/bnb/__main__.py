@@ -26,6 +26,9 @@ def main(argv=None) -> int:
     if args.command == "config":
         from . import config
         print(config.format_table())
+        for name in config.unknown_env_vars():
+            print(f"note: {name} is set but is no bnb knob's variable (the table's env column lists them)",
+                  file=sys.stderr)
         return 0
     return 2
 

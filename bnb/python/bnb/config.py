@@ -62,6 +62,15 @@ def override(**knobs: Any) -> Iterator[None]:
             set(n, value) if was_set else unset(n)
 
 
+def unknown_env_vars() -> list[str]:
+    """BNB_* environment variables that name no knob (and are not BNB_CONFIG): a misspelt one is otherwise silently
+    ignored. Other software may use the prefix too (bitsandbytes reads BNB_CUDA_VERSION), so these are notes, not
+    errors."""
+    import os
+    known = {e["env"] for e in effective()} | {"BNB_CONFIG"}
+    return sorted(k for k in os.environ if k.startswith("BNB_") and k not in known)
+
+
 def format_table() -> str:
     """The effective configuration as an aligned text table, as `python -m bnb config` prints it."""
     rows = [(e["name"], repr(e["value"]), e["source"], e["doc"]) for e in effective()]
