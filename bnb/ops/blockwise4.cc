@@ -42,8 +42,15 @@ c10::SymInt ShapeNumel(const char* op, at::IntArrayRef shape) {
   return n;
 }
 
+// The dtypes packed codes may be viewed as: bitsandbytes' (uint8, or a float type that FSDP shards like the rest).
+void CheckStorage(const char* op, const char* arg, c10::ScalarType storage) {
+  TORCH_CHECK(storage == at::kByte || storage == at::kBFloat16 || storage == at::kHalf || storage == at::kFloat,
+              "bnb::", op, ": ", arg, " must be uint8, bfloat16, float16 or float32 (packed codes), got ", storage);
+}
+
 // Packed bytes: (n + 1) / 2, which must fill whole elements of quant_storage.
 c10::SymInt PackedElements(const char* op, const c10::SymInt& n, c10::ScalarType storage) {
+  CheckStorage(op, "quant_storage", storage);
   const int64_t itemsize = static_cast<int64_t>(c10::elementSize(storage));
   const c10::SymInt bytes = (n + 1) / 2;
   TORCH_CHECK(bytes % itemsize == 0, "bnb::", op, ": ", n, " values pack into ", bytes, " bytes, not a whole number ",
@@ -52,6 +59,7 @@ c10::SymInt PackedElements(const char* op, const c10::SymInt& n, c10::ScalarType
 }
 
 void CheckPackedBytes(const char* op, const char* arg, const at::Tensor& t, const c10::SymInt& n) {
+  CheckStorage(op, arg, t.scalar_type());
   const c10::SymInt bytes = t.sym_numel() * static_cast<int64_t>(t.element_size());
   TORCH_CHECK(bytes == (n + 1) / 2, "bnb::", op, ": ", arg, " holds ", bytes, " bytes of packed codes; ", n,
               " values need ", (n + 1) / 2);

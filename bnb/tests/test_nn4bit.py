@@ -162,3 +162,61 @@ def test_embedding4bit(cls, dim):
     table = F.dequantize_4bit(emb.weight, emb.weight.quant_state)
     assert_same_bits(emb(idx), torch.nn.functional.embedding(idx, table))
     assert (emb(idx) - dense(idx)).abs().mean() < 0.15
+
+
+def test_assign_load_keeps_a_complete_state_dict():
+    # load_state_dict(assign=True) makes the weight a plain Parameter; the module turns it back (bitsandbytes'
+    # fix_4bit_weight_quant_state_from_module), so the next state dict still carries the quantization keys.
+    src = bnb.nn.LinearNF4(64, 32).to("cpu")
+    dst = bnb.nn.LinearNF4(64, 32)
+    dst.load_state_dict(src.state_dict(), assign=True)
+    x = torch.randn(2, 64)
+    assert_same_bits(dst(x), src(x))
+    assert set(dst.state_dict()) == set(src.state_dict())
+    again = bnb.nn.LinearNF4(64, 32)
+    again.load_state_dict(dst.state_dict())
+    assert_same_bits(again(x), src(x))
+
+
+def test_loading_a_weight_of_another_shape_is_an_error():
+    src = bnb.nn.LinearNF4(64, 32, bias=False).to("cpu")
+    dst = bnb.nn.LinearNF4(32, 64, bias=False)
+    with pytest.raises(RuntimeError, match=r"size mismatch for weight: the checkpoint holds a 4-bit weight of shape "
+                                           r"\(32, 64\), the current model's is \(64, 32\)"):
+        dst.load_state_dict(src.state_dict())
+
+
+@pytest.mark.parametrize("convert", ["half", "bfloat16", "float"])
+def test_module_dtype_conversions_keep_the_codes(convert):
+    # Module.half() & co. convert floating parameters as numbers: float-stored codes must survive them.
+    layer = bnb.nn.LinearNF4(64, 32, quant_storage=torch.bfloat16).to("cpu")
+    before = layer.weight.data.clone()
+    x = torch.randn(2, 64)
+    y = layer(x)
+    getattr(layer, convert)()
+    assert isinstance(layer.weight, bnb.nn.Params4bit)
+    assert_same_bits(layer.weight.data, before)
+    assert torch.allclose(layer(x.to(layer.bias.dtype)).float(), y, rtol=2e-2, atol=2e-2)
+
+
+def test_shallow_copy_is_a_params4bit():
+    w = bnb.nn.LinearNF4(64, 32).to("cpu").weight
+    c = copy.copy(w)
+    assert isinstance(c, bnb.nn.Params4bit) and c.quant_state is w.quant_state
+
+
+def test_dequantize_4bit_transposes_a_transposed_weight_back():
+    W = torch.randn(32, 64)
+    packed, state = F.quantize_4bit(W, quant_type="nf4")
+    assert F.dequantize_4bit(packed, state).shape == (32, 64)
+    assert_same_bits(F.dequantize_4bit(packed.t(), state), F.dequantize_4bit(packed, state).t())  # as bitsandbytes
+
+
+def test_quant_storage_must_be_a_packing_type():
+    with pytest.raises(RuntimeError, match="quant_storage must be uint8, bfloat16, float16 or float32 .*got Int"):
+        torch.ops.bnb.quantize_4bit(torch.randn(64), 64, "nf4", torch.int32)
+    packed, state = F.quantize_4bit(torch.randn(8, 64), quant_type="nf4")
+    with pytest.raises(RuntimeError, match="must be uint8, bfloat16, float16 or float32"):
+        torch.ops.bnb.dequantize_4bit(packed.reshape(-1).view(torch.int32), F._absmax_of(state), 64, "nf4", [8, 64],
+                                      torch.float32)
+    assert not hasattr(F.quantize_blockwise(torch.randn(64))[1], "bitsandbytes__nf4")  # an 8-bit state

@@ -15,7 +15,7 @@ class MatMul4Bit(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A: torch.Tensor, B: torch.Tensor, bias: Optional[torch.Tensor], state: QuantState):
-        W = F.dequantize_4bit(B, state).to(A.dtype)
+        W = F._dequantize_4bit(B, state).to(A.dtype)
         ctx.state = state
         ctx.save_for_backward(B)
         ctx.has_bias = bias is not None
@@ -26,7 +26,7 @@ class MatMul4Bit(torch.autograd.Function):
         (B,) = ctx.saved_tensors
         grad_A = grad_bias = None
         if ctx.needs_input_grad[0]:
-            grad_A = grad_out @ F.dequantize_4bit(B, ctx.state).to(grad_out.dtype)
+            grad_A = grad_out @ F._dequantize_4bit(B, ctx.state).to(grad_out.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = grad_out.reshape(-1, grad_out.shape[-1]).sum(0)
         return grad_A, None, grad_bias, None

@@ -162,6 +162,13 @@ def dequantize_4bit(
             raise ValueError("dequantize_4bit requires both absmax and out when quant_state is not provided")
         quant_state = QuantState(absmax=absmax, shape=out.shape, dtype=out.dtype,
                                  blocksize=64 if blocksize is None else blocksize, quant_type=quant_type)
+    out = _dequantize_4bit(A, quant_state, out)
+    # As bitsandbytes: packed codes of shape (1, n) are a transposed weight's (B.t()), and come back transposed.
+    return out.t() if A.dim() == 2 and A.shape[0] == 1 and out.dim() == 2 else out
+
+
+def _dequantize_4bit(A: torch.Tensor, quant_state: QuantState, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The weight of shape quant_state.shape, whatever A's layout (the modules' and matmul_4bit's form)."""
     _check_4bit(quant_state.blocksize, quant_state.quant_type, quant_state.dtype, "4-bit dequantization")
     absmax = _absmax_of(quant_state)
     args = (A, absmax, quant_state.blocksize, quant_state.quant_type, list(quant_state.shape), quant_state.dtype)

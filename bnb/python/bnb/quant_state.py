@@ -38,7 +38,7 @@ class QuantState:
 
     def __getattr__(self, name: str) -> Any:
         # FSDP resolves the packed key "quant_state.bitsandbytes__nf4" with getattr on this object.
-        if name.startswith("bitsandbytes__"):
+        if name.startswith("bitsandbytes__") and self.__dict__.get("quant_type") is not None:
             packed = self.as_dict(packed=True)
             if "quant_state." + name in packed:
                 return packed["quant_state." + name]

@@ -5,6 +5,7 @@ weight.quant_map, weight.nested_*, weight.quant_state.bitsandbytes__<type>)."""
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Optional
 
 import torch
@@ -76,6 +77,25 @@ class Params4bit(nn.Parameter):
         self.bnb_quantized = True
         return self  # modules keep this object (param.data = result): the state must live on it
 
+    def __copy__(self):
+        return type(self).__new__(type(self), self.data, self.requires_grad, self.quant_state, self.blocksize,
+                                  self.compress_statistics, self.quant_type, self.quant_storage, self.module,
+                                  self.bnb_quantized)
+
+    # Module.half() / .float() / ... convert parameters by these methods: once quantized, the packed codes keep their
+    # storage type (as .to(dtype) does) instead of being converted as numbers.
+    def half(self):
+        return self.to(torch.float16)
+
+    def bfloat16(self):
+        return self.to(torch.bfloat16)
+
+    def float(self):
+        return self.to(torch.float32)
+
+    def double(self):
+        return self.to(torch.float64)
+
     def cpu(self):
         return self.to(device="cpu")
 
@@ -94,7 +114,20 @@ class Params4bit(nn.Parameter):
                           self.quant_type, self.quant_storage, self.module, self.bnb_quantized)
 
 
+def _restore_weight(module: nn.Module) -> None:
+    """Makes module.weight a Params4bit again where something replaced it by a plain Parameter over the packed codes
+    (load_state_dict(assign=True), FSDP), from the module's quant_state: as bitsandbytes'
+    fix_4bit_weight_quant_state_from_module."""
+    state = getattr(module, "quant_state", None)
+    w = module.weight
+    if isinstance(w, Params4bit) or state is None or w.numel() * w.element_size() != (math.prod(state.shape) + 1) // 2:
+        return  # not packed codes of this state: leave it as it is
+    module.weight = Params4bit(w.data, w.requires_grad, state, state.blocksize, state.nested, state.quant_type,
+                               w.dtype, module, bnb_quantized=True)
+
+
 def _state_of(module: nn.Module) -> QuantState:
+    _restore_weight(module)
     state = getattr(module.weight, "quant_state", None) or getattr(module, "quant_state", None)
     if state is None:
         raise RuntimeError(f"{type(module).__name__}: the weight is not quantized yet; move the module to a device "
@@ -106,6 +139,7 @@ class _Quantized4bitModule:
     """State-dict behaviour shared by the 4-bit modules: bitsandbytes' keys out, and in."""
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
+        _restore_weight(self)
         super()._save_to_state_dict(destination, prefix, keep_vars)
         state = getattr(self.weight, "quant_state", None)
         if state is not None:
@@ -119,6 +153,11 @@ class _Quantized4bitModule:
         quantized = bool(stats) and prefix + "weight" in state_dict
         if quantized:
             data = state_dict[prefix + "weight"]
+            loaded = QuantState.from_dict(qs_dict=stats, device=data.device)
+            if tuple(loaded.shape) != self._weight_shape():
+                error_msgs.append(f"size mismatch for {prefix}weight: the checkpoint holds a 4-bit weight of shape "
+                                  f"{tuple(loaded.shape)}, the current model's is {self._weight_shape()}")
+                return
             self.weight = Params4bit.from_prequantized(data, stats, device=data.device, module=self)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
@@ -139,6 +178,9 @@ class Linear4bit(_Quantized4bitModule, nn.Linear):
         self.compute_dtype = compute_dtype
         self.quant_state = None
         self.quant_storage = quant_storage
+
+    def _weight_shape(self) -> tuple[int, int]:
+        return (self.out_features, self.in_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         state = _state_of(self)
@@ -177,6 +219,9 @@ class Embedding4bit(_Quantized4bitModule, nn.Embedding):
         self.quant_state = None
         self.quant_storage = quant_storage
 
+    def _weight_shape(self) -> tuple[int, int]:
+        return (self.num_embeddings, self.embedding_dim)
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         state = _state_of(self)
         dim = self.embedding_dim
@@ -185,7 +230,7 @@ class Embedding4bit(_Quantized4bitModule, nn.Embedding):
             absmax = F._absmax_of(state).reshape(self.num_embeddings, dim // state.blocksize)[input]
             return torch.ops.bnb.dequantize_4bit(rows.reshape(-1), absmax.reshape(-1), state.blocksize,
                                                  state.quant_type, [*input.shape, dim], self.dtype)
-        return nn.functional.embedding(input, F.dequantize_4bit(self.weight, state).to(self.dtype))
+        return nn.functional.embedding(input, F._dequantize_4bit(self.weight, state).to(self.dtype))
 
 
 class EmbeddingFP4(Embedding4bit):
