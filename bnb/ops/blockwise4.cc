@@ -275,6 +275,13 @@ at::Tensor Gemm4bit(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef sh
   const c10::SymInt n = ShapeNumel(op, shapeB);
   CheckPackedBytes(op, "B", B, n);
   CheckDType(op, "absmax", absmax, at::kFloat);
+  // A meta argument routes the call to the Meta kernel, which would otherwise return an empty tensor on A's device.
+  CheckSameDevice(op, "B", B, A);
+  CheckSameDevice(op, "absmax", absmax, A);
+  for (const auto& [name, t] : {std::pair{"bias", &bias}, std::pair{"absmax_8bit", &absmax_8bit},
+                                std::pair{"absmax_code", &absmax_code}, std::pair{"absmax_offset", &absmax_offset}}) {
+    if (t->has_value()) CheckSameDevice(op, name, **t, A);
+  }
   if (absmax_8bit.has_value()) {
     // Nested statistics: the per-block scales are 8-bit codes (blocksize 256) of absmax_code, plus the offset.
     TORCH_CHECK(absmax_code.has_value() && absmax_offset.has_value(), "bnb::", op, ": absmax_8bit needs ",
@@ -284,14 +291,14 @@ at::Tensor Gemm4bit(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef sh
     CheckNumel(op, "absmax", absmax, NumBlocks(NumBlocks(n, blocksize), 256), "one per 256 entries of absmax_8bit");
     CheckDType(op, "absmax_code", *absmax_code, at::kFloat);
     CheckNumel(op, "absmax_code", *absmax_code, 256, "one value per 8-bit code");
-    TORCH_CHECK(absmax_offset->numel() == 1, "bnb::", op, ": absmax_offset must be one value, got shape ",
-                absmax_offset->sizes());
+    TORCH_CHECK(absmax_offset->sym_numel() == 1, "bnb::", op, ": absmax_offset must be one value, got shape ",
+                absmax_offset->sym_sizes());
   } else {
     CheckNumel(op, "absmax", absmax, NumBlocks(n, blocksize), "one per block of B");
   }
   if (bias.has_value()) {
-    TORCH_CHECK(bias->numel() == shapeB[0], "bnb::", op, ": bias must hold ", shapeB[0], " values, got ",
-                bias->numel());
+    TORCH_CHECK(bias->dim() == 1 && bias->sym_numel() == shapeB[0], "bnb::", op, ": bias must be a vector of ",
+                shapeB[0], " values, got shape ", bias->sym_sizes());
   }
   if constexpr (kIsMeta) {
     return at::empty_symint(RowsTimesN(A, shapeB[0]), A.options());

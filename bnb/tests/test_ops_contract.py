@@ -120,3 +120,50 @@ def test_import_compiles_nothing_and_leaves_cuda_alone():
             "assert not torch.cuda.is_initialized(); print(dt)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert float(out.stdout) < 2.0  # generous: the figure is reported by tools/bench, not judged here
+
+
+def _negative_view(n, dtype=torch.float32):
+    """A tensor with the negative bit set (is_neg()), as x.conj().imag gives one: reads are negated storage."""
+    complex_dtype = {torch.float32: torch.complex64, torch.float64: torch.complex128}[dtype]
+    out = torch.zeros(n, dtype=complex_dtype).conj().imag
+    assert out.is_neg()
+    return out
+
+
+def test_out_overloads_write_through_negative_views():
+    # torch's fallback for negative views aborted the process on these (they return (), not their outs).
+    A = torch.randn(1000)
+    q, absmax = torch.ops.bnb.quantize_blockwise(A, CODE, 64)
+    out = _negative_view(1000)
+    torch.ops.bnb.dequantize_blockwise.out(q, absmax, CODE, 64, torch.float32, out=out)
+    assert_same_bits(out.clone(), torch.ops.bnb.dequantize_blockwise(q, absmax, CODE, 64, torch.float32))
+    q2, a2 = torch.empty_like(q), _negative_view(absmax.numel())
+    torch.ops.bnb.quantize_blockwise.out(A, CODE, 64, q2, a2)
+    assert torch.equal(q2, q) and torch.equal(a2.clone(), absmax)
+    packed, a4 = torch.ops.bnb.quantize_4bit(A, 64, "nf4", torch.uint8)
+    out4 = _negative_view(1000)
+    torch.ops.bnb.dequantize_4bit.out(packed, a4, 64, "nf4", [1000], torch.float32, out=out4)
+    assert_same_bits(out4.clone(), torch.ops.bnb.dequantize_4bit(packed, a4, 64, "nf4", [1000], torch.float32))
+    neg_input = torch.zeros(1000, dtype=torch.complex64).conj().imag.copy_(A)  # a negative-view input
+    assert neg_input.is_neg()
+    assert torch.equal(torch.ops.bnb.quantize_blockwise(neg_input, CODE, 64)[0], q)
+
+
+def test_gemm_4bit_arguments_on_another_device_are_errors():
+    packed, absmax = torch.ops.bnb.quantize_4bit(torch.randn(10, 100), 64, "nf4", torch.uint8)
+    A = torch.randn(3, 100)
+    with pytest.raises(RuntimeError, match="bnb::gemm_4bit: B is on meta but A is on cpu"):
+        torch.ops.bnb.gemm_4bit(A, packed.to("meta"), [10, 100], absmax, 64, "nf4")
+    with pytest.raises(RuntimeError, match="bnb::gemm_4bit: bias is on meta but A is on cpu"):
+        torch.ops.bnb.gemm_4bit(A, packed, [10, 100], absmax, 64, "nf4", bias=torch.randn(10, device="meta"))
+    with pytest.raises(RuntimeError, match=r"bias must be a vector of 10 values, got shape \[2, 5\]"):
+        torch.ops.bnb.gemm_4bit(A, packed, [10, 100], absmax, 64, "nf4", bias=torch.randn(2, 5))
+
+
+def test_gemm_4bit_with_bias_under_dynamic_shapes():
+    packed, absmax = torch.ops.bnb.quantize_4bit(torch.randn(10, 100), 64, "nf4", torch.uint8)
+    A, bias = torch.randn(3, 100), torch.randn(10)
+    opcheck(torch.ops.bnb.gemm_4bit.default, (A, packed, [10, 100], absmax, 64, "nf4"), {"bias": bias})
+    f = torch.compile(lambda x, b: torch.ops.bnb.gemm_4bit(x, packed, [10, 100], absmax, 64, "nf4", bias=b),
+                      fullgraph=True, dynamic=True)
+    assert_same_bits(f(A, bias), torch.ops.bnb.gemm_4bit(A, packed, [10, 100], absmax, 64, "nf4", bias=bias))
