@@ -18,8 +18,9 @@ namespace bnb::core {
 // blocksize: a power of two in [32, 4096] (CheckBlocksize). Threads may split the rows.
 //
 // The vectorized version sums in its own order (unscaled code values per group of weights, then times absmax): it
-// is not bit-identical to Gemv4Scalar, only close (float32 rounding of a differently ordered sum). Integer-valued inputs whose partial sums stay below 2^24 give
-// identical results.
+// is not bit-identical to Gemv4Scalar, only close (float32 rounding of a differently ordered sum). Integer-valued
+// inputs whose partial sums stay below 2^24 give identical results, and so do rows with an infinite or NaN
+// absmax, which follow the definition (so NaN comes out where the dense product gives NaN).
 void Gemv4(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,
            int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end);
 

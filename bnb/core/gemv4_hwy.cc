@@ -14,6 +14,7 @@
 // Rows are read whole: slicing K so that A stays in L1 measured slower here (W read in short strided runs costs
 // more than A from L2), so only K beyond kSliceK is sliced.
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "bnb/core/blockwise4.h"
@@ -230,7 +231,6 @@ struct Kernel {
 
 void Gemv4Vec(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,
               int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end) {
-  (void)N;
   if (row_begin >= row_end) return;
   int block_shift = 0;
   while ((int64_t{1} << block_shift) < blocksize) ++block_shift;  // blocksize is a power of two
@@ -238,12 +238,28 @@ void Gemv4Vec(DType dtype, const void* A, const uint8_t* B, const float* absmax,
   const Table16 table = Table16::FromArray(code16);
   const BytePlanes planes(code16);
   const Kernel kernel{sa, table, planes, B, absmax, code16, K, block_shift};
+  // Rows with an infinite or NaN absmax take the definition: sum(code * a) * absmax would turn the NaN of a code-0
+  // weight (0 * inf) or of +inf and -inf weights meeting into +-inf, where the dense product gives NaN.
+  std::vector<char> by_definition(row_end - row_begin, 0);
+  for (int64_t m = row_begin; m < row_end; ++m) {
+    for (int64_t b = (m * K) >> block_shift; b <= ((m + 1) * K - 1) >> block_shift; ++b) {
+      if (!std::isfinite(absmax[b])) by_definition[m - row_begin] = 1;
+    }
+  }
   std::vector<float> acc(row_end - row_begin, 0.0f);
   for (int64_t k0 = 0; k0 < K; k0 += kSliceK) {
     const int64_t k1 = std::min(K, k0 + kSliceK);
-    for (int64_t m = row_begin; m < row_end; ++m) acc[m - row_begin] += kernel.RowSlice(m, k0, k1);
+    for (int64_t m = row_begin; m < row_end; ++m) {
+      if (!by_definition[m - row_begin]) acc[m - row_begin] += kernel.RowSlice(m, k0, k1);
+    }
   }
-  for (int64_t m = row_begin; m < row_end; ++m) StoreFromFloat(dtype, out, m, acc[m - row_begin]);
+  for (int64_t m = row_begin; m < row_end; ++m) {
+    if (by_definition[m - row_begin]) {
+      Gemv4Scalar(dtype, A, B, absmax, code16, N, K, int64_t{1} << block_shift, out, m, m + 1);
+    } else {
+      StoreFromFloat(dtype, out, m, acc[m - row_begin]);
+    }
+  }
 }
 
 #endif  // HWY_TARGET == HWY_SCALAR

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch.library import opcheck
 
+import bnb
 from bnb import functional as F
 from bnb.reference import blockwise4 as ref
 from helpers import (BLOCKSIZES, FLOAT_DTYPES, assert_same_bits, devices, exactly_nearest_codes, sample,
@@ -199,3 +200,18 @@ def test_codes_are_exactly_nearest_around_every_midpoint(device, quant_type):
     nibbles = torch.stack([packed.reshape(-1) >> 4, packed.reshape(-1) & 15], dim=1).reshape(len(rows), 64)
     assert nibbles[:, 1:].reshape(-1).tolist() == exactly_nearest_codes(v, code)
 
+
+
+@pytest.mark.parametrize("isa", bnb._C.cpu_isas())
+def test_gemv_4bit_rows_with_infinite_absmax_give_nan_like_the_dense_product(isa):
+    W = torch.randn(4, 64)
+    W[0, 0::2], W[0, 1::2] = float("inf"), -float("inf")  # +inf and -inf weights meet: NaN
+    W[1, 5] = float("inf")  # inf absmax: the other weights dequantize to NaN (README's special values)
+    packed, state = F.quantize_4bit(W, blocksize=64, quant_type="nf4")
+    A = torch.ones(1, 64)
+    A[0, 0::2] = 3.0
+    dense = A @ F.dequantize_4bit(packed, state).t()
+    with bnb.config.override(cpu__isa=isa):
+        got = F.gemv_4bit(A, packed, state=state)
+    assert torch.isnan(dense[0, :2]).all() and torch.isnan(got[0, :2]).all(), (isa, got)
+    assert torch.allclose(got[0, 2:], dense[0, 2:], rtol=1e-5, atol=1e-5)
