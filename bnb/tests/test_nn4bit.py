@@ -220,3 +220,13 @@ def test_quant_storage_must_be_a_packing_type():
         torch.ops.bnb.dequantize_4bit(packed.reshape(-1).view(torch.int32), F._absmax_of(state), 64, "nf4", [8, 64],
                                       torch.float32)
     assert not hasattr(F.quantize_blockwise(torch.randn(64))[1], "bitsandbytes__nf4")  # an 8-bit state
+
+
+def test_embedding4bit_indices_like_nn_embedding():
+    emb = bnb.nn.EmbeddingNF4(10, 64).to("cpu")
+    with pytest.raises(IndexError):
+        emb(torch.tensor([-1]))
+    with pytest.raises(IndexError):
+        emb(torch.tensor([10]))
+    assert emb(torch.empty(0, dtype=torch.long)).shape == (0, 64)
+    assert emb(torch.tensor([[1, 2], [3, 9]])).shape == (2, 2, 64)

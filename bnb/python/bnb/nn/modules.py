@@ -225,9 +225,13 @@ class Embedding4bit(_Quantized4bitModule, nn.Embedding):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         state = _state_of(self)
         dim = self.embedding_dim
+        if input.numel() == 0:
+            return torch.empty(*input.shape, dim, dtype=self.dtype, device=input.device)
         if dim % state.blocksize == 0:
-            rows = self.weight.data.view(torch.uint8).reshape(self.num_embeddings, dim // 2)[input]
-            absmax = F._absmax_of(state).reshape(self.num_embeddings, dim // state.blocksize)[input]
+            # embedding() rather than indexing: an index out of range (negative ones too) is an IndexError.
+            table = self.weight.data.view(torch.uint8).reshape(self.num_embeddings, dim // 2)
+            rows = nn.functional.embedding(input, table)
+            absmax = nn.functional.embedding(input, F._absmax_of(state).reshape(self.num_embeddings, -1))
             return torch.ops.bnb.dequantize_4bit(rows.reshape(-1), absmax.reshape(-1), state.blocksize,
                                                  state.quant_type, [*input.shape, dim], self.dtype)
         return nn.functional.embedding(input, F._dequantize_4bit(self.weight, state).to(self.dtype))
