@@ -120,7 +120,9 @@ def _restore_weight(module: nn.Module) -> None:
     fix_4bit_weight_quant_state_from_module."""
     state = getattr(module, "quant_state", None)
     w = module.weight
-    if isinstance(w, Params4bit) or state is None or w.numel() * w.element_size() != (math.prod(state.shape) + 1) // 2:
+    if isinstance(w, Params4bit) or state is None:
+        return
+    if w.numel() * w.element_size() != (math.prod(state.shape) + 1) // 2:
         return  # not packed codes of this state: leave it as it is
     module.weight = Params4bit(w.data, w.requires_grad, state, state.blocksize, state.nested, state.quant_type,
                                w.dtype, module, bnb_quantized=True)
