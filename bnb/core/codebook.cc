@@ -56,8 +56,6 @@ constexpr uint32_t kDefaultDynamicMapBits[kCodebookSize] = {
     0x3f68999a, 0x3f6c3333, 0x3f6fcccd, 0x3f736666, 0x3f770000, 0x3f7a999a, 0x3f7e3333, 0x3f800000,
 };
 
-// torch.linspace(start, end, steps, dtype=float32) on the CPU, element for element: a float step, and the
-// second half counted back from `end` so that both ends are exact.
 // torch.linspace(start, end, steps, dtype=float32) as torch 2.x computes it on the CPU: from start for the first
 // half and from end for the rest, each value by one fused multiply-add (matched bit for bit for 1..259 steps on
 // AVX2; torch's kernels without FMA round twice, up to 2 ulps apart).

@@ -76,11 +76,10 @@ absl::Status ParseConfigFile(const std::string& path, absl::flat_hash_map<std::s
       return absl::InvalidArgumentError(absl::StrCat(Where(path, node.source()), ": '", std::string(section.str()),
                                                      "' must be a [section] table (e.g. [cpu])"));
     }
+    // An empty section with no knob: a misspelt header whose keys are commented out. (Keys name themselves below.)
     const std::string prefix = absl::StrCat(std::string(section.str()), ".");
-    const bool known_section = std::any_of(AllKnobs().begin(), AllKnobs().end(), [&](const KnobSpec& k) {
-      return absl::StartsWith(k.name, prefix);
-    });
-    if (!known_section && table->empty()) {  // a misspelt header whose keys are commented out (keys name themselves)
+    if (table->empty() && std::none_of(AllKnobs().begin(), AllKnobs().end(),
+                                       [&](const KnobSpec& k) { return absl::StartsWith(k.name, prefix); })) {
       return absl::InvalidArgumentError(absl::StrCat(Where(path, node.source()), ": unknown section '",
                                                      std::string(section.str()), "'"));
     }

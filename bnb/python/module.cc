@@ -55,13 +55,13 @@ py::object ToPython(const KnobValue& v) {
 // Python values keep their own type (True stays a bool, "3" stays a string), so Set can report a wrong type.
 // `name` is the knob, for the errors raised here.
 KnobValue FromPython(const std::string& name, const py::handle& h) {
-  const std::string shown = py::repr(h);
+  const auto shown = [&h] { return std::string(py::repr(h)); };  // for the errors only
   if (py::isinstance<py::bool_>(h)) return h.cast<bool>();
   if (py::isinstance<py::int_>(h)) {
     try {
       return h.cast<int64_t>();
     } catch (const py::cast_error&) {
-      throw py::value_error(name + ": expected a 64-bit integer, got " + shown);
+      throw py::value_error(name + ": expected a 64-bit integer, got " + shown());
     }
   }
   if (py::isinstance<py::str>(h)) {  // os.fsencode's bytes, so what FsStr gave comes back unchanged
@@ -69,7 +69,7 @@ KnobValue FromPython(const std::string& name, const py::handle& h) {
     if (!b) throw py::error_already_set();
     return std::string(b);
   }
-  throw py::type_error(name + ": values are int, bool or str, got " + shown + " of type " +
+  throw py::type_error(name + ": values are int, bool or str, got " + shown() + " of type " +
                        std::string(py::str(py::type::handle_of(h))));
 }
 
