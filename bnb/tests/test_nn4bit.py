@@ -3,6 +3,7 @@
 import copy
 import io
 import json
+import warnings
 
 import pytest
 import torch
@@ -58,6 +59,52 @@ def test_compute_dtype_and_input_dtype():
     assert y.dtype == torch.float32  # computed in bf16, returned in the input's dtype
     with torch.no_grad():
         assert layer(torch.randn(3, 128, dtype=torch.float16)).dtype == torch.float16
+
+
+def test_compute_dtype_settled_by_first_call_as_in_bitsandbytes():
+    _, fixed = make_linear(compute_dtype=torch.bfloat16)
+    fixed = fixed.to("cpu")
+    _, free = make_linear()
+    free = free.to("cpu")
+    assert fixed.compute_type_is_set and not free.compute_type_is_set
+    x32 = torch.randn(3, 128)
+    with torch.no_grad():
+        free(x32.bfloat16())  # the first call settles bfloat16
+        assert free.compute_type_is_set and free.compute_dtype == torch.bfloat16
+        y = free(x32)
+        assert y.dtype == torch.float32
+        assert_same_bits(y, fixed(x32))  # computed in bfloat16, as the explicit setting does
+        W = F.dequantize_4bit(free.weight, free.weight.quant_state)
+        assert not torch.equal(y, torch.nn.functional.linear(x32, W, free.bias))  # not float32's answer
+    _, first32 = make_linear(compute_dtype=None)
+    first32 = first32.to("cpu")
+    with torch.no_grad():
+        first32(x32)
+        assert first32.compute_dtype == torch.float32
+        assert first32(x32.bfloat16()).dtype == torch.bfloat16  # computed in float32, returned as the input
+
+
+def test_float16_input_with_float32_compute_warns_once(monkeypatch):
+    from bnb.nn import modules
+    monkeypatch.setattr(modules, "_FP16_WARNED", set())
+    _, layer = make_linear()
+    layer = layer.to("cpu")
+    x = torch.randn(4, 128, dtype=torch.float16)
+    with pytest.warns(UserWarning, match="float16, but bnb_4bit_compute_dtype=torch.float32.*training"):
+        with torch.no_grad():
+            y = layer(x)
+    assert y.dtype == torch.float16 and layer.compute_dtype is None and layer.compute_type_is_set
+    _, again = make_linear()
+    again = again.to("cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the batch warning came once already
+        with torch.no_grad():
+            again(x)
+    _, single = make_linear()
+    single = single.to("cpu")
+    with pytest.warns(UserWarning, match="slow inference\\.$"):
+        with torch.no_grad():
+            assert single(x[:1]).dtype == torch.float16
 
 
 def test_autograd_to_input_and_bias():

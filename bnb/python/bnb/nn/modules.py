@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from typing import Any, Optional
 
 import torch
@@ -137,6 +138,21 @@ def _state_of(module: nn.Module) -> QuantState:
     return state
 
 
+_FP16_WARNED: set[bool] = set()
+
+
+def _warn_fp16_once(single_row: bool) -> None:
+    """bitsandbytes' warnings for float16 input to a float32-compute Linear4bit, each once per process (it does the
+    same through a global warnings filter, which we leave alone). Not while torch.compile traces: warnings.warn
+    would break its graph."""
+    if single_row in _FP16_WARNED or torch.compiler.is_compiling():
+        return
+    _FP16_WARNED.add(single_row)
+    slow = "slow inference." if single_row else "slow inference or training speed."
+    warnings.warn("Input type into Linear4bit is torch.float16, but bnb_4bit_compute_dtype=torch.float32 (default). "
+                  f"This will lead to {slow}", stacklevel=3)
+
+
 class _Quantized4bitModule:
     """State-dict behaviour shared by the 4-bit modules: bitsandbytes' keys out, and in."""
 
@@ -170,7 +186,10 @@ class _Quantized4bitModule:
 
 class Linear4bit(_Quantized4bitModule, nn.Linear):
     """nn.Linear with a 4-bit weight (QLoRA). Load fp16/bf16/fp32 weights, then `.to(device)` quantizes them.
-    A single row of input takes gemv_4bit; batches dequantize and run a dense matmul in compute_dtype."""
+    A single row of input takes gemv_4bit; batches dequantize and run a dense matmul in compute_dtype.
+    compute_dtype=None is settled by the first forward, as in bitsandbytes: a float32 or bfloat16 input's dtype
+    becomes the compute dtype for every later call; a float16 input leaves it None (computed in float16) with a
+    warning that the default is float32."""
 
     def __init__(self, input_features: int, output_features: int, bias: bool = True, compute_dtype=None,
                  compress_statistics: bool = True, quant_type: str = "fp4", quant_storage=torch.uint8, device=None):
@@ -178,18 +197,28 @@ class Linear4bit(_Quantized4bitModule, nn.Linear):
         self.weight = Params4bit(self.weight.data, requires_grad=False, compress_statistics=compress_statistics,
                                  quant_type=quant_type, quant_storage=quant_storage, module=self)
         self.compute_dtype = compute_dtype
+        self.compute_type_is_set = compute_dtype is not None
         self.quant_state = None
         self.quant_storage = quant_storage
 
     def _weight_shape(self) -> tuple[int, int]:
         return (self.out_features, self.in_features)
 
+    def set_compute_type(self, x: torch.Tensor) -> None:
+        """bitsandbytes' first-call rule (see the class doc); forward calls it once."""
+        if x.dtype in (torch.float32, torch.bfloat16):
+            self.compute_dtype = x.dtype
+        elif x.dtype == torch.float16 and self.compute_dtype in (None, torch.float32):
+            _warn_fp16_once(single_row=x.numel() == x.shape[-1])
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         state = _state_of(self)
+        if not self.compute_type_is_set:
+            self.set_compute_type(x)
+            self.compute_type_is_set = True
         in_dtype = x.dtype
-        compute = self.compute_dtype or (x.dtype if x.dtype in (torch.float32, torch.bfloat16) else None)
-        if compute is not None:
-            x = x.to(compute)
+        if self.compute_dtype is not None:
+            x = x.to(self.compute_dtype)
         bias = None if self.bias is None else self.bias.to(x.dtype)
         return matmul_4bit(x, self.weight, quant_state=state, bias=bias).to(in_dtype)
 
