@@ -45,7 +45,8 @@ c10::SymInt ShapeNumel(const char* op, at::IntArrayRef shape) {
 // The dtypes packed codes may be viewed as: bitsandbytes' (uint8, or a float type that FSDP shards like the rest).
 void CheckStorage(const char* op, const char* arg, c10::ScalarType storage) {
   TORCH_CHECK(storage == at::kByte || storage == at::kBFloat16 || storage == at::kHalf || storage == at::kFloat,
-              "bnb::", op, ": ", arg, " must be uint8, bfloat16, float16 or float32 (packed codes), got ", storage);
+              "bnb::", op, ": ", arg, " must be uint8, bfloat16, float16 or float32 (packed codes), got ",
+              DTypeName{storage});
 }
 
 // Packed bytes: (n + 1) / 2, which must fill whole elements of quant_storage.
@@ -54,7 +55,7 @@ c10::SymInt PackedElements(const char* op, const c10::SymInt& n, c10::ScalarType
   const int64_t itemsize = static_cast<int64_t>(c10::elementSize(storage));
   const c10::SymInt bytes = (n + 1) / 2;
   TORCH_CHECK(bytes % itemsize == 0, "bnb::", op, ": ", n, " values pack into ", bytes, " bytes, not a whole number ",
-              "of ", storage, " (", itemsize, " bytes each); use uint8 storage or a size that divides");
+              "of ", DTypeName{storage}, " (", itemsize, " bytes each); use uint8 storage or a size that divides");
   return bytes / itemsize;
 }
 

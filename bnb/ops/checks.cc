@@ -1,18 +1,46 @@
 #include "bnb/ops/checks.h"
 
+#include <cctype>
+#include <string>
+
 namespace bnb::ops {
+
+std::ostream& operator<<(std::ostream& os, DTypeName name) {
+  switch (name.type) {
+    case c10::kByte: return os << "uint8";
+    case c10::kChar: return os << "int8";
+    case c10::kShort: return os << "int16";
+    case c10::kInt: return os << "int32";
+    case c10::kLong: return os << "int64";
+    case c10::kHalf: return os << "float16";
+    case c10::kFloat: return os << "float32";
+    case c10::kDouble: return os << "float64";
+    case c10::kBFloat16: return os << "bfloat16";
+    case c10::kBool: return os << "bool";
+    case c10::kComplexHalf: return os << "complex32";
+    case c10::kComplexFloat: return os << "complex64";
+    case c10::kComplexDouble: return os << "complex128";
+    default: {  // c10's other names are Python's capitalized: UInt16, Float8_e4m3fn, QInt8
+      std::string s = c10::toString(name.type);
+      for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return os << s;
+    }
+  }
+}
 
 bnb::core::DType FloatDType(const char* op, const char* arg, c10::ScalarType t) {
   switch (t) {
     case c10::kFloat: return bnb::core::DType::kFloat32;
     case c10::kHalf: return bnb::core::DType::kFloat16;
     case c10::kBFloat16: return bnb::core::DType::kBFloat16;
-    default: TORCH_CHECK(false, "bnb::", op, ": ", arg, " must be float32, float16 or bfloat16, got ", t);
+    default:
+      TORCH_CHECK(false, "bnb::", op, ": ", arg, " must be float32, float16 or bfloat16, got ", DTypeName{t});
   }
 }
 
 void CheckDType(const char* op, const char* arg, const at::Tensor& t, c10::ScalarType want) {
-  TORCH_CHECK(t.scalar_type() == want, "bnb::", op, ": ", arg, " must be ", want, ", got ", t.scalar_type());
+  TORCH_CHECK(t.scalar_type() == want, "bnb::", op, ": ", arg, " must be ", DTypeName{want}, ", got ",
+              DTypeName{t.scalar_type()});
 }
 
 void CheckNotEmpty(const char* op, const char* arg, const at::Tensor& t) {

@@ -5,6 +5,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <ostream>
+
 #include "absl/status/status.h"
 #include "bnb/core/dtype.h"
 
@@ -14,6 +16,12 @@ namespace bnb::ops {
 inline void ThrowIfError(const char* op, const absl::Status& st) {
   TORCH_CHECK(st.ok(), "bnb::", op, ": ", std::string(st.message()));
 }
+
+// A dtype as Python users spell it (float32, uint8, int8), not c10's names (Float, Byte, Char), for messages.
+struct DTypeName {
+  c10::ScalarType type;
+};
+std::ostream& operator<<(std::ostream& os, DTypeName name);
 
 // float32 / float16 / bfloat16 -> the core's element type; anything else raises naming `arg`.
 bnb::core::DType FloatDType(const char* op, const char* arg, c10::ScalarType t);

@@ -145,9 +145,9 @@ CODE = F.get_4bit_type("nf4")
      "quant_type must be 'nf4' or 'fp4', got 'nf5'"),
     (lambda: torch.ops.bnb.quantize_4bit(W32, 48, "nf4", torch.uint8), "blocksize must be a power of two"),
     (lambda: torch.ops.bnb.quantize_4bit(W32.int(), 64, "nf4", torch.uint8), "A must be float32, float16 or "
-                                                                             "bfloat16, got Int"),
+                                                                             "bfloat16, got int32"),
     (lambda: torch.ops.bnb.quantize_4bit(torch.randn(6), 64, "nf4", torch.float32),
-     "6 values pack into 3 bytes, not a whole number of Float"),
+     "6 values pack into 3 bytes, not a whole number of float32"),
     (lambda: torch.ops.bnb.dequantize_4bit(P, AM[:3], 64, "nf4", [64, 64], torch.float32),
      "absmax must hold 64 values (one per block), got 3"),
     (lambda: torch.ops.bnb.dequantize_4bit(P, AM, 64, "nf4", [64, 65], torch.float32),

@@ -260,7 +260,7 @@ def test_dequantize_4bit_transposes_a_transposed_weight_back():
 
 
 def test_quant_storage_must_be_a_packing_type():
-    with pytest.raises(RuntimeError, match="quant_storage must be uint8, bfloat16, float16 or float32 .*got Int"):
+    with pytest.raises(RuntimeError, match="quant_storage must be uint8, bfloat16, float16 or float32 .*got int32"):
         torch.ops.bnb.quantize_4bit(torch.randn(64), 64, "nf4", torch.int32)
     packed, state = F.quantize_4bit(torch.randn(8, 64), quant_type="nf4")
     with pytest.raises(RuntimeError, match="must be uint8, bfloat16, float16 or float32"):
