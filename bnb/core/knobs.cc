@@ -33,7 +33,18 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"cuda.nvrtc_path", KnobType::kString, std::string(""), 0, 0,
        "libnvrtc to open; empty searches libnvrtc.so.13/.so.12 on the library path, then $CUDA_HOME/lib64"},
       {"cache.dir", KnobType::kString, std::string(""),  0, 0,
-       "directory for compiled kernels; empty means $XDG_CACHE_HOME/bnb/kernels or ~/.cache/bnb/kernels"},
+       "directory for compiled kernels (absolute); empty means $XDG_CACHE_HOME/bnb/kernels or ~/.cache/bnb/kernels",
+       false,
+       [](const KnobValue& v) {
+         // A relative path would name another cache in every working directory, and "~" is not expanded here
+         // (a literal ./~ directory invites a fatal `rm -rf ~`).
+         const std::string& d = std::get<std::string>(v);
+         return d.empty() || d[0] == '/'
+                    ? absl::OkStatus()
+                    : absl::InvalidArgumentError(absl::StrCat(
+                                                "cache.dir: expected an absolute path (~ is not expanded), got '", d,
+                                                "'"));
+       }},
       {"cache.enabled", KnobType::kBool, true, 0, 0, "keep compiled kernels on disk between processes"},
   };
   return knobs;

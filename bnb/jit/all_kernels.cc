@@ -13,9 +13,9 @@ const std::vector<std::string>& KernelHeaderOnlyFiles() {
   return *files;
 }
 
-std::vector<KernelSpec> AllKernelSpecs(const std::string& arch) {
-  std::vector<KernelSpec> specs = AllBlockwise8Specs(arch);
-  for (KernelSpec& s : AllBlockwise4Specs(arch)) specs.push_back(std::move(s));
+std::vector<KernelSpec> AllKernelSpecs(const std::string& arch, int threads) {
+  std::vector<KernelSpec> specs = AllBlockwise8Specs(arch, threads);
+  for (KernelSpec& s : AllBlockwise4Specs(arch, threads)) specs.push_back(std::move(s));
   return specs;
 }
 

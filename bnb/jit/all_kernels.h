@@ -12,7 +12,8 @@ namespace bnb::jit {
 // Files under bnb/jit/kernels that are included by templates but define no kernels of their own.
 const std::vector<std::string>& KernelHeaderOnlyFiles();
 
-// Every spec, for `arch`, with default code-shaping knobs.
-std::vector<KernelSpec> AllKernelSpecs(const std::string& arch);
+// Every spec the ops launch, for `arch`, with `threads` per block where the ops take the cuda.threads_per_block
+// knob (0: the default), so that a warm cache holds what a run with that knob loads.
+std::vector<KernelSpec> AllKernelSpecs(const std::string& arch, int threads = 0);
 
 }  // namespace bnb::jit

@@ -71,19 +71,19 @@ absl::StatusOr<KernelSpec> Gemv4Spec(core::DType dtype, int threads, int rows, c
   return s;
 }
 
-std::vector<KernelSpec> AllBlockwise4Specs(const std::string& arch) {
+std::vector<KernelSpec> AllBlockwise4Specs(const std::string& arch, int threads) {
   std::vector<KernelSpec> out;
   constexpr core::DType kTypes[] = {core::DType::kFloat32, core::DType::kFloat16, core::DType::kBFloat16};
   for (core::Quant4 q : {core::Quant4::kNF4, core::Quant4::kFP4}) {
     for (core::DType t : kTypes) {
       for (int64_t bs = core::kMinBlocksize; bs <= core::kMaxBlocksize; bs *= 2) {
-        out.push_back(*Quantize4Spec(t, bs, q, 0, arch));
+        out.push_back(*Quantize4Spec(t, bs, q, threads, arch));
       }
     }
   }
   for (core::DType t : kTypes) {
     for (int64_t bs = core::kMinBlocksize; bs <= core::kMaxBlocksize; bs *= 2) {
-      out.push_back(*Dequantize4Spec(t, bs, 0, arch));
+      out.push_back(*Dequantize4Spec(t, bs, threads, arch));
     }
   }
   for (core::DType t : kTypes) out.push_back(*Gemv4Spec(t, 0, 0, arch));

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 
@@ -100,15 +101,18 @@ std::string& FallbackNvrtcPath() {
 
 absl::StatusOr<Nvrtc> OpenNvrtc() {
   std::vector<std::string> candidates;
-  if (absl::StatusOr<std::string> p = core::Config::Global().GetString("cuda.nvrtc_path"); p.ok() && !p->empty()) {
-    candidates.push_back(*p);
-  }
-  {
+  // A path the user set is the only candidate: falling back past a typo would silently load another NVRTC.
+  const absl::StatusOr<core::ConfigEntry> knob = core::Config::Global().Get("cuda.nvrtc_path");
+  const bool from_knob = knob.ok() && !std::get<std::string>(knob->value).empty();
+  if (from_knob) {
+    candidates.push_back(std::get<std::string>(knob->value));
+  } else {
     std::lock_guard<std::mutex> lock(fallback_nvrtc_mu);
     if (!FallbackNvrtcPath().empty()) candidates.push_back(FallbackNvrtcPath());
   }
   const std::string cuda_home = Env("CUDA_HOME");
   for (const char* so : {"libnvrtc.so.13", "libnvrtc.so.12"}) {
+    if (from_knob) break;
     candidates.push_back(so);
     if (!cuda_home.empty()) {
       candidates.push_back(absl::StrCat(cuda_home, "/lib64/", so));
@@ -162,6 +166,11 @@ absl::StatusOr<Nvrtc> OpenNvrtc() {
     }
     return n;
   }
+  if (from_knob) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "bnb: NVRTC could not be opened from the cuda.nvrtc_path knob (set by ", knob->source, "): ", absl::StrJoin(tried, "; "), ". Point it at a libnvrtc.so.13 or .12 file, or unset it to search the "
+        "usual places. CUDA kernels cannot be compiled without it; CPU ops keep working."));
+  }
   return absl::FailedPreconditionError(absl::StrCat(
       "bnb: NVRTC (libnvrtc.so.13 or libnvrtc.so.12) could not be opened; tried ", absl::StrJoin(tried, "; "),
       ". Install the CUDA toolkit's NVRTC (e.g. `pip install nvidia-cuda-nvrtc` or the cuda-nvrtc package), "
@@ -183,9 +192,17 @@ absl::StatusOr<const CudaDriver*> GetCudaDriver() {
 }
 
 absl::StatusOr<const Nvrtc*> GetNvrtc() {
-  static const absl::StatusOr<Nvrtc>* const nvrtc = new absl::StatusOr<Nvrtc>(OpenNvrtc());
-  if (!nvrtc->ok()) return nvrtc->status();
-  return &**nvrtc;
+  // Kept once opened; a failure is not kept, so fixing cuda.nvrtc_path (as the error says) works in this process.
+  static std::atomic<const Nvrtc*> opened{nullptr};
+  if (const Nvrtc* n = opened.load(std::memory_order_acquire)) return n;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  if (const Nvrtc* n = opened.load(std::memory_order_relaxed)) return n;
+  absl::StatusOr<Nvrtc> n = OpenNvrtc();
+  if (!n.ok()) return n.status();
+  const Nvrtc* kept = new Nvrtc(*std::move(n));
+  opened.store(kept, std::memory_order_release);
+  return kept;
 }
 
 std::string CuErrorText(const CudaDriver& d, CUresult r) {

@@ -58,16 +58,32 @@ bool MakeDirs(const std::string& path, std::string* error) {
   return true;
 }
 
-bool IsTempName(const std::string& name) { return name[0] == '.' && name.find(kTempMarker) != std::string::npos; }
+// Names this cache writes, and nothing else: `cache clear` must never delete a user's file that merely ends in
+// .bnbk, were cache.dir pointed at their home.
+constexpr size_t kKeyLength = 64;
+bool IsKeyAt(const std::string& name, size_t at) {
+  if (name.size() < at + kKeyLength) return false;
+  for (size_t i = at; i < at + kKeyLength; ++i) {
+    const char c = name[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+// "." key ".tmp." ... (Store's temporary files)
+bool IsTempName(const std::string& name) {
+  return name[0] == '.' && IsKeyAt(name, 1) && name.compare(1 + kKeyLength, sizeof(kTempMarker) - 1, kTempMarker) == 0;
+}
+// key ".bnbk"
 bool IsCacheName(const std::string& name) {
-  const size_t n = sizeof(kCacheFileSuffix) - 1;
-  return name.size() > n && name.compare(name.size() - n, n, kCacheFileSuffix) == 0 && name[0] != '.';
+  return name.size() == kKeyLength + sizeof(kCacheFileSuffix) - 1 && IsKeyAt(name, 0) &&
+         name.compare(kKeyLength, std::string::npos, kCacheFileSuffix) == 0;
 }
 
 }  // namespace
 
 std::string DefaultCacheDir() {
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return absl::StrCat(x, "/bnb/kernels");
+  // The XDG spec: a relative XDG_CACHE_HOME is invalid and ignored.
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return absl::StrCat(x, "/bnb/kernels");
   if (const char* h = std::getenv("HOME"); h && *h) return absl::StrCat(h, "/.cache/bnb/kernels");
   return "";
 }
@@ -178,7 +194,8 @@ std::string DiskCache::PathFor(const std::string& key) const { return absl::StrC
 std::optional<Binary> DiskCache::Load(const std::string& key) {
   if (dir().empty()) return std::nullopt;
   const std::string path = PathFor(key);
-  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO planted under a key's name would block open() forever; fstat then rejects it.
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno != ENOENT) {
       warner_.Warn("open", absl::StrCat("cannot read kernel cache file ", path, ": ", ErrnoText(errno),
@@ -287,7 +304,7 @@ absl::StatusOr<std::vector<CacheFileInfo>> DiskCache::List() {
     const std::string name = e->d_name;
     if (!IsCacheName(name) && !IsTempName(name)) continue;
     struct stat st;
-    if (lstat(absl::StrCat(d, "/", name).c_str(), &st) != 0) continue;
+    if (lstat(absl::StrCat(d, "/", name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     out.push_back({name, static_cast<int64_t>(st.st_size), static_cast<int64_t>(st.st_mtime)});
   }
   closedir(dp);

@@ -178,11 +178,19 @@ absl::StatusOr<LoadedKernel> KernelCache::GetKernel(const KernelSpec& spec_in, i
 
 absl::Status KernelCache::Warm(const std::vector<KernelSpec>& specs, const std::string& arch,
                                const std::function<void(size_t, size_t, const KernelSpec&)>& progress) {
+  // Checked once up front: a bad arch would otherwise fail every spec alike, and a warm into no disk cache would
+  // report success while leaving nothing to ship.
+  if (absl::Status st = ParseArch(arch).status(); !st.ok()) return st;
+  if (Disk()->dir().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("cache warm: ", Disk()->List().status().message()));
+  }
   std::vector<std::string> failures;
   for (size_t i = 0; i < specs.size(); ++i) {
     KernelSpec s = specs[i];
     s.arch = arch;
     absl::StatusOr<std::shared_ptr<const Binary>> b = GetBinary(s);
+    // A missing compiler (NVRTC) fails every spec alike: say it once.
+    if (!b.ok() && absl::IsFailedPrecondition(b.status())) return b.status();
     if (!b.ok()) failures.push_back(absl::StrCat(s.DebugString(), ": ", b.status().message()));
     if (progress) progress(i + 1, specs.size(), s);
   }

@@ -134,7 +134,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_fallback_nvrtc_path", &bnb::jit::SetFallbackNvrtcPath,
         "Where to look for NVRTC when the cuda.nvrtc_path knob is empty (the nvidia-cuda-nvrtc wheel's copy).");
   m.def("cache_warm", [](const std::string& arch, py::object progress) {
-    const auto specs = bnb::jit::AllKernelSpecs(arch);
+    // The threads knob shapes the ops' kernels: warm the ones a run with this configuration loads.
+    const int64_t threads = Unwrap(bnb::core::Config::Global().GetInt("cuda.threads_per_block"));
+    const auto specs = bnb::jit::AllKernelSpecs(arch, static_cast<int>(threads));
     absl::Status st;
     {
       // Compiling releases the GIL; the progress callback takes it back for each report.

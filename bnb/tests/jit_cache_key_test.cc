@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "bnb/jit/all_kernels.h"
 #include "bnb/jit/blockwise8.h"
 #include "bnb/jit/compiler.h"
 #include "bnb/jit/fake_compiler.h"
@@ -119,6 +120,11 @@ TEST(KernelSpec, Validation) {
   EXPECT_EQ(*ParseArch("sm_120"), 120);
   EXPECT_FALSE(ParseArch("sm_").ok());
   EXPECT_FALSE(ParseArch("compute_90").ok());
+  // Other spellings of sm_80 would key a second cache that runs never hit.
+  for (const char* bad : {"sm_080", "sm_80 ", " sm_80", "sm_80\n", "sm_+80", "sm_0", "sm_-80", "sm_8x0", "SM_80"}) {
+    EXPECT_FALSE(ParseArch(bad).ok()) << bad;
+  }
+  EXPECT_NE(ParseArch("sm_080").status().message().find("\"sm_080\""), absl::string_view::npos);
 }
 
 TEST(KernelSources, Embedded) {
@@ -175,6 +181,12 @@ TEST(Blockwise8Spec, ArgsAndErrors) {
   EXPECT_FALSE(Blockwise8Spec(false, core::DType::kFloat32, 64, 96, "sm_80").ok());
   EXPECT_EQ(AllBlockwise8Specs("sm_90").size(), 2u * 3u * 8u + 1u);  // and prepare_codebook8
   EXPECT_EQ(AllBlockwise8Specs("sm_90").front().NameExpression(), "prepare_codebook8<256>");
+  // Warm takes the threads knob as the ops do: every quantize/dequantize spec but the gemv's default one.
+  int with_512 = 0;
+  for (const KernelSpec& k : AllKernelSpecs("sm_90", 512)) {
+    with_512 += k.NameExpression().find(", 512") != std::string::npos;
+  }
+  EXPECT_EQ(with_512, 2 * 3 * 8 + 2 * 3 * 8 + 3 * 8);
   DeviceInfo h100;
   h100.sm_count = 132;
   // 1M bf16 at blocksize 64: 8 elements per thread, 8 threads per block, 32 blocks per 256-thread tile.

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -375,6 +376,40 @@ TEST_F(JitCacheTest, UnsafeFilesAreNotLoaded) {
   }
 }
 
+TEST_F(JitCacheTest, FifoUnderAKeyIsSkippedNotWaitedOn) {
+  auto first = NewCache();
+  ASSERT_TRUE(first->GetBinary(Spec()).ok());
+  const std::string path = KeyPath(*first, Spec());
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  auto second = NewCache();  // opening a FIFO for reading without O_NONBLOCK waits for a writer: forever
+  ASSERT_TRUE(second->GetBinary(Spec()).ok());
+  EXPECT_EQ(second->GetStats().disk_hits, 0);
+  EXPECT_TRUE(Warned("not a regular file"));
+}
+
+TEST_F(JitCacheTest, ClearRemovesOnlyCacheFiles) {
+  auto cache = NewCache();
+  ASSERT_TRUE(cache->GetBinary(Spec()).ok());
+  const std::string key = *cache->Key(Spec());
+  WriteFile(dir_ + "/." + key + ".tmp.1.2.3", "left by a killed writer");  // Store's temporary: ours
+  // A user's files that only look like ours, were cache.dir pointed at their directory.
+  const std::vector<std::string> theirs = {"notes.bnbk", ".bashrc.tmp.orig", key.substr(1) + ".bnbk",
+                                           key + ".bnbk.orig", "." + key + ".tmpx"};
+  for (const std::string& name : theirs) WriteFile(dir_ + "/" + name, "mine");
+  ASSERT_EQ(mkdir((dir_ + "/sub" + key + ".bnbk").c_str(), 0700), 0);
+  auto files = cache->ListDisk();
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(files->size(), 2u);
+  auto removed = cache->ClearDisk();
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, 2);
+  std::vector<std::string> left = theirs;
+  left.push_back("sub" + key + ".bnbk");
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(DirEntries(dir_), left);
+}
+
 TEST_F(JitCacheTest, FileOwnedByAnotherUserIsNotLoaded) {
   auto first = NewCache();
   ASSERT_TRUE(first->GetBinary(Spec()).ok());
@@ -417,6 +452,14 @@ TEST_F(JitCacheTest, WarmCompilesForAnArchWithoutAGpu) {
   absl::Status bad = NewCache()->Warm({Spec("512")}, "sm_80");
   EXPECT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("1 of 1"), absl::string_view::npos) << bad;
+  // Reported once, before any compile, and never a success that leaves nothing on disk.
+  fake_->fail = false;
+  const int calls = fake_->calls;
+  absl::Status arch = NewCache()->Warm(specs, "sm_080");
+  EXPECT_NE(arch.message().find("sm_080"), absl::string_view::npos) << arch;
+  absl::Status off = NewCache(/*enabled=*/false)->Warm(specs, "sm_80");
+  EXPECT_NE(off.message().find("disabled"), absl::string_view::npos) << off;
+  EXPECT_EQ(fake_->calls, calls);
 }
 
 TEST_F(JitCacheTest, FollowsConfigCacheDir) {

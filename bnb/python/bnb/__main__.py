@@ -43,9 +43,16 @@ def run_cache(args) -> int:
     elif args.action == "clear":
         print(f"removed {jit.cache_clear()} kernels from {jit.cache_dir()}")
     else:
-        for arch in args.arch or ["sm_80", "sm_90"]:
-            n = jit.cache_warm(arch)
+        failed = False
+        for arch in args.arch or ["sm_80", "sm_90"]:  # a bad one is reported, and the others still warmed
+            try:
+                n = jit.cache_warm(arch)
+            except (ValueError, RuntimeError) as e:
+                print(e if str(e).startswith("bnb:") else f"bnb: {e}", file=sys.stderr)
+                failed = True
+                continue
             print(f"{arch}: {n} kernels in {jit.cache_dir()}")
+        return 2 if failed else 0
     return 0
 
 

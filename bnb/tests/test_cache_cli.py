@@ -1,0 +1,60 @@
+"""`python -m bnb cache list | clear | warm`: what it removes, and how it fails (no GPU or compile needed)."""
+
+import os
+import subprocess
+import sys
+
+KEY = "0123456789abcdef" * 4
+
+
+def run_cache(tmp_path, *args, **env):
+    full = {k: v for k, v in os.environ.items() if not k.startswith("BNB_")}
+    full.update({"BNB_CACHE_DIR": str(tmp_path / "kernels"), **env})
+    return subprocess.run([sys.executable, "-m", "bnb", "cache", *args], capture_output=True, text=True,
+                          cwd=tmp_path, env=full)
+
+
+def test_clear_removes_only_cache_files(tmp_path):
+    d = tmp_path / "kernels"
+    d.mkdir(mode=0o700)
+    ours = [KEY + ".bnbk", "." + KEY + ".tmp.12.34.5"]
+    theirs = ["notes.bnbk", ".bashrc.tmp.orig", KEY + ".bnbk.orig", "x" + KEY + ".bnbk"]
+    for name in ours + theirs:
+        (d / name).write_text("x")
+    (d / ("sub" + KEY + ".bnbk")).mkdir()
+    listed = run_cache(tmp_path, "list")
+    assert listed.returncode == 0, listed.stderr
+    assert ": 2 kernels" in listed.stdout and "notes.bnbk" not in listed.stdout
+    cleared = run_cache(tmp_path, "clear")
+    assert cleared.returncode == 0, cleared.stderr
+    assert "removed 2 kernels" in cleared.stdout
+    assert sorted(p.name for p in d.iterdir()) == sorted(theirs + ["sub" + KEY + ".bnbk"])
+
+
+def test_warm_reports_a_bad_arch_once_and_warms_no_disabled_cache(tmp_path):
+    bad = run_cache(tmp_path, "warm", "--arch", "sm_080")
+    assert bad.returncode == 2
+    assert bad.stderr.count("sm_080") == 1 and "Traceback" not in bad.stderr
+    off = run_cache(tmp_path, "warm", "--arch", "sm_90", BNB_CACHE_ENABLED="false")
+    assert off.returncode == 2 and "disabled" in off.stderr, off.stderr
+    assert "kernels in" not in off.stdout
+
+
+def test_a_wrong_nvrtc_path_is_an_error_said_once(tmp_path):
+    typo = str(tmp_path / "no" / "libnvrtc.so.13")
+    run = run_cache(tmp_path, "warm", "--arch", "sm_90", BNB_CUDA_NVRTC_PATH=typo)
+    assert run.returncode == 2 and "kernels in" not in run.stdout
+    assert run.stderr.count("could not be opened") == 1 and typo in run.stderr, run.stderr[:2000]
+    assert "cuda.nvrtc_path knob (set by env BNB_CUDA_NVRTC_PATH)" in run.stderr and "bnb: bnb:" not in run.stderr
+
+
+def test_cache_dir_must_be_absolute_and_a_relative_xdg_is_ignored(tmp_path):
+    tilde = run_cache(tmp_path, "list", BNB_CACHE_DIR="~/bnbx")
+    assert tilde.returncode == 2 and "cache.dir: expected an absolute path (~ is not expanded), got '~/bnbx'" \
+        in tilde.stderr, tilde.stderr
+    assert not (tmp_path / "~").exists()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BNB_")}
+    env.update(XDG_CACHE_HOME="relxdg", HOME=str(tmp_path / "home"))
+    out = subprocess.run([sys.executable, "-c", "import bnb; print(bnb.jit.cache_dir())"], capture_output=True,
+                         text=True, cwd=tmp_path, env=env, check=True).stdout.strip()
+    assert out == str(tmp_path / "home" / ".cache" / "bnb" / "kernels")
