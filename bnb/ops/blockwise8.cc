@@ -97,6 +97,12 @@ void QuantizeBlockwiseOut(const at::Tensor& A, const at::Tensor& code, int64_t b
   CheckOut(op, out, A.sym_sizes(), "A's shape", at::kByte, A);
   CheckAbsmax(op, absmax, A, blocksize);
   if constexpr (!kIsMeta) {
+    // Each would be written through a temporary (FillOut) and the later copy clobber the other. Strided views
+    // (TooHard to decide) count as sharing when they are views of one storage.
+    const at::MemOverlapStatus overlap = at::get_overlap_status(out, absmax);
+    TORCH_CHECK(overlap == at::MemOverlapStatus::No ||
+                    (overlap == at::MemOverlapStatus::TooHard && !out.storage().is_alias_of(absmax.storage())),
+                "bnb::", op, ": out and absmax share memory; pass separate tensors");
     FillOut(out, {&A, &code, &absmax}, [&](at::Tensor& codes) {
       FillOut(absmax, {&A, &code, &codes},
               [&](at::Tensor& am) { QuantizeInto(op, A, code, blocksize, dtype, codes, am); });

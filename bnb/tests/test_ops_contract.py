@@ -106,6 +106,27 @@ def test_bad_input_gives_a_clear_error(call, message):
         call()
 
 
+def test_out_sharing_memory_with_absmax_is_an_error():
+    buf = torch.zeros(1064, dtype=torch.uint8)
+    out, absmax = buf[:1000], buf[1000:].view(torch.float32)
+    torch.ops.bnb.quantize_blockwise.out(A32, CODE, 64, out, absmax)  # adjacent, not overlapping: fine
+    assert_same_bits(absmax, torch.ops.bnb.quantize_blockwise(A32, CODE, 64)[1])
+    shared = torch.zeros(1000, dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match="out and absmax share memory"):  # absmax was silently clobbered
+        torch.ops.bnb.quantize_blockwise.out(A32, CODE, 64, shared, shared[:64].view(torch.float32))
+
+
+def test_out_that_requires_grad_is_refused_as_torch_does():
+    q, absmax = torch.ops.bnb.quantize_blockwise(A32, CODE, 64)
+    leaf = torch.zeros(1000, requires_grad=True)
+    with pytest.raises(RuntimeError, match="out requires grad; out= arguments do not support automatic diff"):
+        torch.ops.bnb.dequantize_blockwise.out(q, absmax, CODE, 64, torch.float32, out=leaf)
+    assert not leaf.detach().any()
+    with torch.no_grad():  # as torch allows: nothing is recorded
+        torch.ops.bnb.dequantize_blockwise.out(q, absmax, CODE, 64, torch.float32, out=leaf)
+    assert_same_bits(leaf.detach(), torch.ops.bnb.dequantize_blockwise(q, absmax, CODE, 64, torch.float32))
+
+
 def test_reference_rejects_what_the_kernel_rejects():
     with pytest.raises(ValueError, match="blocksize must be a power of two"):
         ref.quantize_blockwise(A32, CODE, 100)

@@ -46,10 +46,17 @@ def quantize_blockwise(
     `out` (uint8, A's shape) and `absmax` (float32, one per block), when given, receive the results in place
     (with nested=True, `absmax` receives the quantized absmax). Returns (codes, QuantState)."""
     code = _dynamic_map(A.device) if code is None else code.to(A.device)
+    if out is not None or absmax is not None:
+        # Every argument is checked before anything of the user's is written. The op's Meta kernel checks A, code
+        # and blocksize and sizes absmax by the op's own rule.
+        _, want = torch.ops.bnb.quantize_blockwise(torch.empty_like(A, device="meta"), code.to("meta"), blocksize)
+        if nested and absmax is not None and (absmax.dtype != torch.uint8 or absmax.shape != want.shape):
+            raise ValueError(f"quantize_blockwise: with nested=True, absmax receives the {want.numel()} quantized "
+                             f"absmax codes: expected torch.uint8 of shape {tuple(want.shape)}, got {absmax.dtype} of shape "
+                             f"{tuple(absmax.shape)}")
     if out is not None or (absmax is not None and not nested):
         codes = out if out is not None else torch.empty(A.shape, dtype=torch.uint8, device=A.device)
-        _absmax = absmax if absmax is not None and not nested else torch.empty(
-            -(-A.numel() // blocksize), dtype=torch.float32, device=A.device)
+        _absmax = absmax if absmax is not None and not nested else torch.empty_like(want, device=A.device)
         torch.ops.bnb.quantize_blockwise.out(A, code, blocksize, codes, _absmax)
     else:
         codes, _absmax = torch.ops.bnb.quantize_blockwise(A, code, blocksize)
