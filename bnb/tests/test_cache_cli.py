@@ -58,3 +58,18 @@ def test_cache_dir_must_be_absolute_and_a_relative_xdg_is_ignored(tmp_path):
     out = subprocess.run([sys.executable, "-c", "import bnb; print(bnb.jit.cache_dir())"], capture_output=True,
                          text=True, cwd=tmp_path, env=env, check=True).stdout.strip()
     assert out == str(tmp_path / "home" / ".cache" / "bnb" / "kernels")
+
+
+def test_list_into_a_closed_pipe_ends_quietly(tmp_path):
+    d = tmp_path / "kernels"
+    d.mkdir(mode=0o700)
+    for i in range(3000):  # more than a pipe buffer holds
+        (d / f"{i:064x}.bnbk").write_text("x")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BNB_")}
+    env["BNB_CACHE_DIR"] = str(d)
+    p = subprocess.Popen([sys.executable, "-m", "bnb", "cache", "list"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    assert b"3000 kernels" in p.stdout.readline()
+    p.stdout.close()  # as `| head -1` does
+    err = p.stderr.read().decode()
+    assert p.wait() == 1 and "Traceback" not in err, err

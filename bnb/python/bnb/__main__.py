@@ -1,6 +1,7 @@
 """python -m bnb <command>: demo (quantize realistic weight shapes and print a table), config (effective knobs)."""
 
 import argparse
+import os
 import sys
 
 
@@ -62,3 +63,6 @@ if __name__ == "__main__":
     except (ValueError, KeyError) as e:  # a bad config file or argument: its message says what and where
         print(f"bnb: {e}", file=sys.stderr)
         sys.exit(2)
+    except BrokenPipeError:  # `python -m bnb cache list | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush raises nothing more
+        sys.exit(1)
