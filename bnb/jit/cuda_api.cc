@@ -168,8 +168,9 @@ absl::StatusOr<Nvrtc> OpenNvrtc() {
   }
   if (from_knob) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "bnb: NVRTC could not be opened from the cuda.nvrtc_path knob (set by ", knob->source, "): ", absl::StrJoin(tried, "; "), ". Point it at a libnvrtc.so.13 or .12 file, or unset it to search the "
-        "usual places. CUDA kernels cannot be compiled without it; CPU ops keep working."));
+        "bnb: NVRTC could not be opened from the cuda.nvrtc_path knob (set by ", knob->source, "): ",
+        absl::StrJoin(tried, "; "), ". Point it at a libnvrtc.so.13 or .12 file, or unset it to search the usual ",
+        "places. CUDA kernels cannot be compiled without it; CPU ops keep working."));
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "bnb: NVRTC (libnvrtc.so.13 or libnvrtc.so.12) could not be opened; tried ", absl::StrJoin(tried, "; "),

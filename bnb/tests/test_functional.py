@@ -113,10 +113,11 @@ def test_absmax_only_and_out_arguments():
 def test_out_arguments_are_checked_before_anything_is_written():
     A = torch.randn(1000)
     for absmax, what in ((torch.empty(7, dtype=torch.uint8), "got torch.uint8 of shape \\(7,\\)"),
-                         (torch.empty(2, 16, dtype=torch.uint8), "got torch.uint8 of shape \\(2, 16\\)"),  # would broadcast
+                         (torch.empty(2, 16, dtype=torch.uint8), "got torch.uint8 of shape \\(2, 16\\)"),  # broadcasts
                          (torch.empty(16), "got torch.float32")):
         q = torch.zeros(1000, dtype=torch.uint8)
-        with pytest.raises(ValueError, match="nested=True, absmax receives the 16 quantized absmax codes: expected torch.uint8 of shape \\(16,\\), " + what):
+        want = "absmax receives the 16 quantized absmax codes: expected torch.uint8 of shape \\(16,\\), "
+        with pytest.raises(ValueError, match=want + what):
             F.quantize_blockwise(A, out=q, absmax=absmax, blocksize=64, nested=True)
         assert not q.any()
     for bad in (0, -64, 48):  # the op's own message, not a ZeroDivisionError from sizing absmax

@@ -69,7 +69,8 @@ A32 = torch.randn(1000)
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: torch.ops.bnb.quantize_blockwise(A32.int(), CODE, 64), "A must be float32, float16 or bfloat16, got int32"),
+    (lambda: torch.ops.bnb.quantize_blockwise(A32.int(), CODE, 64),
+     "A must be float32, float16 or bfloat16, got int32"),
     (lambda: torch.ops.bnb.quantize_blockwise(A32.double(), CODE, 64), "got float64"),
     (lambda: torch.ops.bnb.quantize_blockwise(A32, CODE, 100), "blocksize must be a power of two in [32, 4096], got 100"),
     (lambda: torch.ops.bnb.quantize_blockwise(A32, CODE, 16), "got 16"),

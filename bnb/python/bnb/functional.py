@@ -52,8 +52,8 @@ def quantize_blockwise(
         _, want = torch.ops.bnb.quantize_blockwise(torch.empty_like(A, device="meta"), code.to("meta"), blocksize)
         if nested and absmax is not None and (absmax.dtype != torch.uint8 or absmax.shape != want.shape):
             raise ValueError(f"quantize_blockwise: with nested=True, absmax receives the {want.numel()} quantized "
-                             f"absmax codes: expected torch.uint8 of shape {tuple(want.shape)}, got {absmax.dtype} of shape "
-                             f"{tuple(absmax.shape)}")
+                             f"absmax codes: expected torch.uint8 of shape {tuple(want.shape)}, got {absmax.dtype} of "
+                             f"shape {tuple(absmax.shape)}")
     if out is not None or (absmax is not None and not nested):
         codes = out if out is not None else torch.empty(A.shape, dtype=torch.uint8, device=A.device)
         _absmax = absmax if absmax is not None and not nested else torch.empty_like(want, device=A.device)
