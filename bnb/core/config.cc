@@ -32,10 +32,8 @@ absl::StatusOr<KnobValue> TomlValue(const KnobSpec& spec, const toml::node& node
 
 // $XDG_CONFIG_HOME/bnb/config.toml, else ~/.config/bnb/config.toml; empty when neither variable is set.
 std::string UserConfigPath() {
-  // The XDG base directory spec: a relative XDG_CONFIG_HOME is invalid and ignored.
-  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && x[0] == '/') return absl::StrCat(x, "/bnb/config.toml");
-  if (const char* h = std::getenv("HOME"); h && *h) return absl::StrCat(h, "/.config/bnb/config.toml");
-  return "";
+  const std::string dir = XdgBnbDir("XDG_CONFIG_HOME", ".config");
+  return dir.empty() ? "" : absl::StrCat(dir, "/config.toml");
 }
 
 // Whether a config file is at `path`: false when nothing is there; an error naming the path when something is that
@@ -62,6 +60,12 @@ absl::Status UnknownKey(absl::string_view name) {
 }
 
 }  // namespace
+
+std::string XdgBnbDir(const char* var, const char* home_default) {
+  if (const char* x = std::getenv(var); x && x[0] == '/') return absl::StrCat(x, "/bnb");
+  if (const char* h = std::getenv("HOME"); h && *h) return absl::StrCat(h, "/", home_default, "/bnb");
+  return "";
+}
 
 absl::Status ParseConfigFile(const std::string& path, absl::flat_hash_map<std::string, ConfigEntry>* out) {
   toml::table root;

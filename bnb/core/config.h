@@ -24,6 +24,11 @@ struct ConfigEntry {
   std::string source;  // "default", "<file as looked up>:3" (e.g. bnb.toml:3), "env BNB_CPU_ISA", "bnb.config.set"
 };
 
+// bnb's directory under an XDG base directory: $<var>/bnb, else $HOME/<home_default>/bnb (e.g. var
+// "XDG_CACHE_HOME", home_default ".cache"); empty when neither is set. A relative $<var> is ignored, as the XDG
+// base directory spec says.
+std::string XdgBnbDir(const char* var, const char* home_default);
+
 // Parses one TOML config file into `out` (knob name -> entry). Errors read "path:line:col: message" and name the
 // key: an unknown section or key, a wrong type, an out-of-range value, or a TOML syntax error.
 absl::Status ParseConfigFile(const std::string& path, absl::flat_hash_map<std::string, ConfigEntry>* out);

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bnb/core/config.h"
 #include "bnb/jit/sha256.h"
 
 namespace bnb::jit {
@@ -82,10 +83,8 @@ bool IsCacheName(const std::string& name) {
 }  // namespace
 
 std::string DefaultCacheDir() {
-  // The XDG spec: a relative XDG_CACHE_HOME is invalid and ignored.
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return absl::StrCat(x, "/bnb/kernels");
-  if (const char* h = std::getenv("HOME"); h && *h) return absl::StrCat(h, "/.cache/bnb/kernels");
-  return "";
+  const std::string dir = core::XdgBnbDir("XDG_CACHE_HOME", ".cache");
+  return dir.empty() ? "" : absl::StrCat(dir, "/kernels");
 }
 
 std::string EncodeCacheFile(absl::string_view key, const Binary& binary) {
@@ -290,13 +289,15 @@ void DiskCache::Store(const std::string& key, const Binary& binary) {
   }
 }
 
+absl::Status DiskCache::Usable() {
+  if (!dir().empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(options_.enabled ? "the kernel disk cache is unusable (see the warning given)"
+                                                        : "the kernel disk cache is disabled (cache.enabled=false)");
+}
+
 absl::StatusOr<std::vector<CacheFileInfo>> DiskCache::List() {
+  if (absl::Status st = Usable(); !st.ok()) return st;
   const std::string d = dir();
-  if (d.empty()) {
-    return absl::FailedPreconditionError(
-        options_.enabled ? "the kernel disk cache is unusable (see the warning given)"
-                         : "the kernel disk cache is disabled (cache.enabled=false)");
-  }
   DIR* dp = opendir(d.c_str());
   if (dp == nullptr) return absl::InternalError(absl::StrCat("cannot list ", d, ": ", ErrnoText(errno)));
   std::vector<CacheFileInfo> out;

@@ -60,7 +60,8 @@ class DiskCache {
 
   // The directory in use, or empty when the disk cache is off or unusable. Prepares it on first call.
   std::string dir();
-  bool usable() { return !dir().empty(); }
+  // OK when dir() is not empty, else FailedPrecondition saying why (disabled, or unusable: see the warning).
+  absl::Status Usable();
 
   // The binary stored for `key` (64 hex digits), or nullopt on a miss of any kind.
   std::optional<Binary> Load(const std::string& key);

@@ -181,8 +181,8 @@ absl::Status KernelCache::Warm(const std::vector<KernelSpec>& specs, const std::
   // Checked once up front: a bad arch would otherwise fail every spec alike, and a warm into no disk cache would
   // report success while leaving nothing to ship.
   if (absl::Status st = ParseArch(arch).status(); !st.ok()) return st;
-  if (Disk()->dir().empty()) {
-    return absl::FailedPreconditionError(absl::StrCat("cache warm: ", Disk()->List().status().message()));
+  if (absl::Status st = Disk()->Usable(); !st.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("cache warm: ", st.message()));
   }
   std::vector<std::string> failures;
   for (size_t i = 0; i < specs.size(); ++i) {

@@ -34,6 +34,11 @@ def main(argv=None) -> int:
     return 2
 
 
+def _report(e: Exception) -> None:
+    """An error as one line on stderr, "bnb: " first (some of the C++ messages carry it already)."""
+    print(e if str(e).startswith("bnb:") else f"bnb: {e}", file=sys.stderr)
+
+
 def run_cache(args) -> int:
     from . import jit
     if args.action == "list":
@@ -49,7 +54,7 @@ def run_cache(args) -> int:
             try:
                 n = jit.cache_warm(arch)
             except (ValueError, RuntimeError) as e:
-                print(e if str(e).startswith("bnb:") else f"bnb: {e}", file=sys.stderr)
+                _report(e)
                 failed = True
                 continue
             print(f"{arch}: {n} kernels in {jit.cache_dir()}")
@@ -61,7 +66,7 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except (ValueError, KeyError) as e:  # a bad config file or argument: its message says what and where
-        print(f"bnb: {e}", file=sys.stderr)
+        _report(e)
         sys.exit(2)
     except BrokenPipeError:  # `python -m bnb cache list | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush raises nothing more
