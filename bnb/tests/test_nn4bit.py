@@ -212,8 +212,8 @@ def test_embedding4bit(cls, dim):
 
 
 def test_assign_load_keeps_a_complete_state_dict():
-    # load_state_dict(assign=True) makes the weight a plain Parameter; the module turns it back (bitsandbytes'
-    # fix_4bit_weight_quant_state_from_module), so the next state dict still carries the quantization keys.
+    # load_state_dict(assign=True) takes the checkpoint's tensors as they are, and the next state dict still carries
+    # the quantization keys.
     src = bnb.nn.LinearNF4(64, 32).to("cpu")
     dst = bnb.nn.LinearNF4(64, 32)
     dst.load_state_dict(src.state_dict(), assign=True)
@@ -277,3 +277,130 @@ def test_embedding4bit_indices_like_nn_embedding():
         emb(torch.tensor([10]))
     assert emb(torch.empty(0, dtype=torch.long)).shape == (0, 64)
     assert emb(torch.tensor([[1, 2], [3, 9]])).shape == (2, 2, 64)
+
+
+def _pickled(obj):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=False)
+
+
+@pytest.mark.parametrize("how", ["assign", "pickle"])
+def test_loaded_and_unpickled_weights_stay_params4bit_through_dtype_conversions(how):
+    # Both used to leave a plain Parameter until the next forward, and .half() then converted the codes as numbers.
+    src = bnb.nn.LinearNF4(64, 32, quant_storage=torch.bfloat16).to("cpu")
+    if how == "assign":
+        dst = bnb.nn.LinearNF4(64, 32, quant_storage=torch.bfloat16)
+        dst.load_state_dict(src.state_dict(), assign=True)
+    else:
+        dst = _pickled(src)
+    assert isinstance(dst.weight, bnb.nn.Params4bit) and dst.weight.quant_state is dst.quant_state
+    dst.half()
+    assert_same_bits(dst.weight.data, src.weight.data)
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(dst(x.half()).float(), src(x), rtol=2e-2, atol=2e-2)
+    dst.float()
+    assert_same_bits(dst.weight.data, src.weight.data)
+
+
+def test_pickled_unquantized_module_still_quantizes_on_move():
+    again = _pickled(bnb.nn.EmbeddingNF4(10, 64))
+    assert isinstance(again.weight, bnb.nn.Params4bit) and not again.weight.bnb_quantized
+    again = again.to("cpu")
+    assert again.weight.bnb_quantized and again.quant_state is again.weight.quant_state
+    assert again(torch.tensor([1])).shape == (1, 64)
+
+
+def test_deepcopy_of_an_unquantized_module_quantizes_into_the_copy():
+    layer = bnb.nn.LinearNF4(64, 32)
+    clone = copy.deepcopy(layer).to("cpu")
+    assert clone.weight.module is clone and clone.quant_state is clone.weight.quant_state
+    assert layer.quant_state is None and not layer.weight.bnb_quantized
+    assert copy.deepcopy(clone.weight).module is None  # a parameter copied alone belongs to no module
+
+
+def test_integer_input_is_an_error_and_settles_nothing():
+    layer = bnb.nn.LinearNF4(64, 4).to("cpu")
+    for rows in (3, 1):
+        with pytest.raises(RuntimeError, match="input must be a floating-point tensor, got int64"):
+            layer(torch.randint(-3, 4, (rows, 64)))
+    assert not layer.compute_type_is_set
+    layer(torch.randn(2, 64, dtype=torch.bfloat16))
+    assert layer.compute_dtype == torch.bfloat16
+
+
+def test_float64_input_works_for_one_row_as_for_several():
+    layer = bnb.nn.LinearNF4(64, 32, compute_dtype=torch.float64).to("cpu")
+    W = F.dequantize_4bit(layer.weight, layer.quant_state).double()
+    x = torch.randn(3, 64, dtype=torch.float64)
+    with torch.no_grad():
+        for rows in (x, x[:1]):
+            out = layer(rows)
+            assert out.dtype == torch.float64
+            torch.testing.assert_close(out, torch.nn.functional.linear(rows, W, layer.bias.double()))
+
+
+def test_params4bit_exposes_its_quant_state_for_fsdp():
+    # FSDP resolves state-dict keys such as "weight.absmax" by getattr on the weight (bitsandbytes 0.50's properties).
+    layer = bnb.nn.LinearNF4(128, 64).to("cpu")
+    w, state = layer.weight, layer.quant_state
+    for key, value in layer.state_dict().items():
+        if key.startswith("weight.") and not key.startswith("weight.quant_state."):
+            assert getattr(w, key[len("weight."):]) is value or torch.equal(getattr(w, key[len("weight."):]), value)
+    assert w.absmax is state.absmax and w.quant_map is state.code and w.state2 is state.state2
+    assert w.nested_blocksize == state.state2.blocksize and w.nested_offset is state.offset
+    plain = bnb.nn.LinearNF4(128, 64, compress_statistics=False).to("cpu").weight
+    assert plain.state2 is None
+    with pytest.raises(AttributeError, match="nested_absmax"):
+        plain.nested_absmax
+    with pytest.raises(AttributeError, match="absmax"):
+        bnb.nn.LinearNF4(128, 64).weight.absmax  # not quantized yet
+
+
+def test_incomplete_quantized_state_dicts_report_their_missing_keys():
+    src = bnb.nn.LinearNF4(128, 64).to("cpu")
+    for drop in ("weight.quant_map", "weight.absmax", "weight.nested_absmax", "weight.quant_state.bitsandbytes__nf4"):
+        sd = {k: v for k, v in src.state_dict().items() if k != drop}
+        dst = bnb.nn.LinearNF4(128, 64)
+        result = dst.load_state_dict(sd, strict=False)
+        assert result.missing_keys == [drop] and result.unexpected_keys == []
+        assert not dst.weight.bnb_quantized and dst.weight.shape == (64, 128)  # left as it was
+        with pytest.raises(RuntimeError, match=f"Missing key.*{drop}"):
+            bnb.nn.LinearNF4(128, 64).load_state_dict(sd)
+    sd = dict(src.state_dict(), **{"weight.extra": torch.zeros(1)})
+    dst = bnb.nn.LinearNF4(128, 64)
+    assert dst.load_state_dict(sd, strict=False).unexpected_keys == ["weight.extra"]
+    assert dst.weight.bnb_quantized
+    with pytest.raises(RuntimeError, match="Unexpected key.*weight.extra"):
+        bnb.nn.LinearNF4(128, 64).load_state_dict(sd)
+    sd = dict(src.state_dict(), **{"weight.quant_state.bitsandbytes__nf4": torch.tensor([0xFF], dtype=torch.uint8)})
+    with pytest.raises(RuntimeError, match="while loading weight: its quant_state metadata is unreadable"):
+        bnb.nn.LinearNF4(128, 64).load_state_dict(sd)
+
+
+def test_load_keeps_the_parameter_object_and_copies_the_checkpoint():
+    src = bnb.nn.LinearNF4(64, 32).to("cpu")
+    dst = bnb.nn.LinearNF4(64, 32).to("cpu")
+    for target in (bnb.nn.LinearNF4(64, 32), dst):  # unquantized, and quantized already
+        before = target.weight
+        target.load_state_dict(src.state_dict())
+        assert target.weight is before and before.bnb_quantized and target.quant_state is before.quant_state
+        assert target.weight.data_ptr() != src.weight.data_ptr()
+        assert target.quant_state.absmax.data_ptr() != src.quant_state.absmax.data_ptr()
+        x = torch.randn(2, 64)
+        with torch.no_grad():
+            assert_same_bits(target(x), src(x))
+
+
+def test_embedding_rows_round_through_the_state_dtype_like_the_table():
+    # A bfloat16 table loaded into a float32 module: the row lookups (dim a multiple of the blocksize) must round
+    # to bfloat16 first, as the whole-table path and bitsandbytes do.
+    src = bnb.nn.EmbeddingNF4(20, 128, dtype=torch.bfloat16).to("cpu")
+    dst = bnb.nn.EmbeddingNF4(20, 128)
+    dst.load_state_dict(src.state_dict())
+    table = F.dequantize_4bit(dst.weight, dst.quant_state)
+    assert table.dtype == torch.bfloat16
+    idx = torch.tensor([[0, 19], [5, 5]])
+    assert_same_bits(dst(idx), torch.nn.functional.embedding(idx, table.float()))

@@ -10,6 +10,9 @@ from . import functional as F
 from .quant_state import QuantState
 
 
+_GEMV_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # the others (float64) take the dense path
+
+
 class MatMul4Bit(torch.autograd.Function):
     """Dequantize the weight, then a dense matmul; the backward pass dequantizes again rather than keep it."""
 
@@ -34,11 +37,11 @@ class MatMul4Bit(torch.autograd.Function):
 
 def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: Optional[torch.Tensor] = None,
                 bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """A @ W.T (+ bias), W = dequantize_4bit(B, quant_state). One row without grad takes gemv_4bit, which never
-    materializes W; anything else dequantizes and runs a dense matmul."""
+    """A @ W.T (+ bias), W = dequantize_4bit(B, quant_state). One row of a gemv dtype without grad takes gemv_4bit,
+    which never materializes W; anything else dequantizes and runs a dense matmul."""
     if quant_state is None:
         raise ValueError("matmul_4bit needs the weight's quant_state")
-    if A.numel() == A.shape[-1] and not (torch.is_grad_enabled() and A.requires_grad):
+    if A.numel() == A.shape[-1] and A.dtype in _GEMV_DTYPES and not (torch.is_grad_enabled() and A.requires_grad):
         result = F.gemv_4bit(A, B, state=quant_state)
         if bias is not None:
             result = result + bias.to(result.dtype)

@@ -78,6 +78,23 @@ class QuantState:
                    dtype=getattr(torch, qs_dict["dtype"]), shape=torch.Size(shape) if shape is not None else None,
                    offset=offset, state2=state2)
 
+    @classmethod
+    def packed_keys_check(cls, qs_dict: dict[str, Any], quant_type: str) -> tuple[list[str], list[str]]:
+        """For the items of a packed 4-bit state (as_dict(packed=True)'s keys, without a prefix): the keys a complete
+        state would add, and the keys no packed state has, as (missing, unexpected). A state whose metadata says
+        it is nested misses nested_absmax and nested_quant_map without them. `quant_type` names the metadata key
+        when that is what is missing. Raises ValueError when the metadata is not UTF-8 JSON."""
+        tensors = ("absmax", "quant_map", "nested_absmax", "nested_quant_map")
+        packed = [k for k in qs_dict if k.startswith("quant_state.") and k[len("quant_state."):]
+                  in cls.valid_qs_type_keys]
+        unexpected = [k for k in qs_dict if k not in tensors and k not in packed]
+        missing = [k for k in ("absmax", "quant_map") if k not in qs_dict]
+        if not packed:
+            missing.append(f"quant_state.bitsandbytes__{quant_type}")
+        elif any(k.startswith("nested_") for k in unpack_tensor_to_dict(qs_dict[packed[0]])):
+            missing += [k for k in ("nested_absmax", "nested_quant_map") if k not in qs_dict]
+        return missing, unexpected
+
     def as_dict(self, packed: bool = False) -> dict[str, Any]:
         """Tensors and plain values for a state dict. packed=True (4-bit states) folds the non-tensor values into
         one uint8 tensor under "quant_state.bitsandbytes__<quant_type>", so safetensors can hold them."""

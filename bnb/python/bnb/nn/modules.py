@@ -37,24 +37,35 @@ class Params4bit(nn.Parameter):
         self.module = module
         return self
 
+    # What a Params4bit carries besides its data; pickling and copies keep all of it.
+    _ATTRS = ("blocksize", "compress_statistics", "quant_type", "quant_state", "quant_storage", "bnb_quantized",
+              "module")
+
     def __getstate__(self):
-        state = self.__dict__.copy()
+        state = {k: getattr(self, k) for k in self._ATTRS}
         state["data"] = self.data
         state["requires_grad"] = self.requires_grad
         return state
 
     def __setstate__(self, state):
-        self.requires_grad = state["requires_grad"]
-        for k in ("blocksize", "compress_statistics", "quant_type", "quant_state", "quant_storage",
-                  "bnb_quantized", "module"):
+        for k in self._ATTRS:
             setattr(self, k, state[k])
-        self.data = state["data"]
+        if "data" in state:
+            self.requires_grad = state["requires_grad"]
+            self.data = state["data"]
+
+    def __reduce_ex__(self, proto):
+        # nn.Parameter's own reduction rebuilds a plain Parameter: a pickled module (torch.save(model)) would come
+        # back with packed codes that no longer know they are codes, or a weight that never quantizes.
+        return type(self), (self.data, self.requires_grad), {k: getattr(self, k) for k in self._ATTRS}
 
     def __deepcopy__(self, memo):
-        new = type(self).__new__(type(self), copy.deepcopy(self.data, memo), self.requires_grad,
-                                 copy.deepcopy(self.quant_state, memo), self.blocksize, self.compress_statistics,
-                                 self.quant_type, self.quant_storage, None, self.bnb_quantized)
-        return new
+        # The copy belongs to the copy of its module when that module is being deep-copied (it is in memo then),
+        # and to no module when the parameter is copied alone.
+        module = memo.get(id(self.module)) if self.module is not None else None
+        return type(self).__new__(type(self), copy.deepcopy(self.data, memo), self.requires_grad,
+                                  copy.deepcopy(self.quant_state, memo), self.blocksize, self.compress_statistics,
+                                  self.quant_type, self.quant_storage, module, self.bnb_quantized)
 
     @classmethod
     def from_prequantized(cls, data: torch.Tensor, quantized_stats: dict[str, Any], requires_grad: bool = False,
@@ -115,6 +126,32 @@ class Params4bit(nn.Parameter):
                           self.quant_type, self.quant_storage, self.module, self.bnb_quantized)
 
 
+
+def _quant_state_property(name: str, get, nested: bool) -> property:
+    """Params4bit.<name>: the quant state's field, as bitsandbytes 0.50 has it for FSDP, which resolves state-dict keys
+    such as "weight.absmax" by getattr on the weight. A property, not __getattr__: torch.compile traces properties
+    of tensor subclasses without a graph break."""
+    def fget(self):
+        qs = self.__dict__.get("quant_state")
+        if qs is not None and (not nested or qs.state2 is not None):
+            return get(qs)
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+    return property(fget)
+
+
+for _name, _get, _nested in (
+        ("absmax", lambda qs: qs.absmax, False),
+        ("code", lambda qs: qs.code, False),
+        ("quant_map", lambda qs: qs.code, False),
+        ("offset", lambda qs: qs.offset, False),
+        ("state2", lambda qs: qs.state2, False),
+        ("nested_offset", lambda qs: qs.offset, False),
+        ("nested_absmax", lambda qs: qs.state2.absmax, True),
+        ("nested_blocksize", lambda qs: qs.state2.blocksize, True),
+        ("nested_quant_map", lambda qs: qs.state2.code, True),
+        ("nested_dtype", lambda qs: qs.state2.dtype, True)):
+    setattr(Params4bit, _name, _quant_state_property(_name, _get, _nested))
+
 def _restore_weight(module: nn.Module) -> None:
     """Makes module.weight a Params4bit again where something replaced it by a plain Parameter over the packed codes
     (load_state_dict(assign=True), FSDP), from the module's quant_state: as bitsandbytes'
@@ -166,22 +203,60 @@ class _Quantized4bitModule:
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
-        stats = {k[len(prefix) + len("weight."):]: v for k, v in state_dict.items()
-                 if k.startswith(prefix + "weight.")}
-        quantized = bool(stats) and prefix + "weight" in state_dict
-        if quantized:
-            data = state_dict[prefix + "weight"]
-            loaded = QuantState.from_dict(qs_dict=stats, device=data.device)
-            if tuple(loaded.shape) != self._weight_shape():
-                error_msgs.append(f"size mismatch for {prefix}weight: the checkpoint holds a 4-bit weight of shape "
-                                  f"{tuple(loaded.shape)}, the current model's is {self._weight_shape()}")
-                return
-            self.weight = Params4bit.from_prequantized(data, stats, device=data.device, module=self)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+        key = prefix + "weight"
+        stats = {k[len(key) + 1:]: v for k, v in state_dict.items() if k.startswith(key + ".")}
+        if not stats or key not in state_dict:  # a float weight (or none): torch's rules, which copy it in
+            super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                          error_msgs)
+            return
+        # Everything but the weight by torch's rules; the weight and its statistics here, where they stay a
+        # Params4bit (torch's assign=True would make it a plain Parameter, whose codes .half() then converts).
+        others = {k: v for k, v in state_dict.items() if k != key and not k.startswith(key + ".")}
+        super()._load_from_state_dict(others, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
-        if quantized:  # torch takes dotted keys for submodules' and reports them; these were the weight's
-            consumed = {prefix + "weight." + k for k in stats}
-            unexpected_keys[:] = [k for k in unexpected_keys if k not in consumed]
+        if key in missing_keys:
+            missing_keys.remove(key)
+        self._load_quantized_weight(state_dict[key], stats, key, local_metadata.get("assign_to_params_buffers", False),
+                                    missing_keys, unexpected_keys, error_msgs)
+
+    def _load_quantized_weight(self, data, stats, key, assign, missing_keys, unexpected_keys, error_msgs) -> None:
+        """Loads packed codes `data` and their statistics (state-dict keys key + "." + name) into self.weight, or
+        reports through torch's lists why not, leaving the weight as it was. As torch's load: the weight keeps its
+        Parameter object and device (unless it is on meta) and gets copies, or with assign=True becomes the given
+        tensors themselves."""
+        old = self.weight
+        try:
+            missing, unexpected = QuantState.packed_keys_check(stats, getattr(old, "quant_type", "nf4"))
+        except ValueError as e:
+            error_msgs.append(f"while loading {key}: its quant_state metadata is unreadable: {e}")
+            return
+        unexpected_keys.extend(f"{key}.{k}" for k in unexpected)
+        if missing:
+            missing_keys.extend(f"{key}.{k}" for k in missing)
+            return
+        stats = {k: v for k, v in stats.items() if k not in unexpected}
+        if not assign:
+            device = data.device if old.device.type == "meta" else old.device
+            stats = {k: v.to(device, copy=True) for k, v in stats.items()}
+            data = data.to(device, copy=True)
+        try:
+            state = QuantState.from_dict(qs_dict=stats, device=data.device)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            error_msgs.append(f"while loading {key}: {e}")
+            return
+        if tuple(state.shape) != self._weight_shape():
+            error_msgs.append(f"size mismatch for {key}: the checkpoint holds a 4-bit weight of shape "
+                              f"{tuple(state.shape)}, the current model's is {self._weight_shape()}")
+            return
+        if assign or not isinstance(old, Params4bit):
+            self.weight = Params4bit(data, old.requires_grad, state, state.blocksize, state.nested, state.quant_type,
+                                     data.dtype, self, bnb_quantized=True)
+        else:  # optimizers and hooks hold the Parameter object: it stays
+            old.data = data
+            old.quant_state, old.blocksize, old.compress_statistics = state, state.blocksize, state.nested
+            old.quant_type, old.quant_storage, old.bnb_quantized, old.module = state.quant_type, data.dtype, True, self
+        self.quant_state = state
+        self.quant_storage = data.dtype
 
 
 class Linear4bit(_Quantized4bitModule, nn.Linear):
@@ -213,6 +288,9 @@ class Linear4bit(_Quantized4bitModule, nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         state = _state_of(self)
+        if not x.is_floating_point():  # as nn.Linear; before the first call settles compute_dtype
+            raise RuntimeError(f"{type(self).__name__}: input must be a floating-point tensor, got "
+                               f"{str(x.dtype).removeprefix('torch.')}")
         if not self.compute_type_is_set:
             self.set_compute_type(x)
             self.compute_type_is_set = True
@@ -263,8 +341,9 @@ class Embedding4bit(_Quantized4bitModule, nn.Embedding):
             table = self.weight.data.view(torch.uint8).reshape(self.num_embeddings, dim // 2)
             rows = nn.functional.embedding(input, table)
             absmax = nn.functional.embedding(input, F._absmax_of(state).reshape(self.num_embeddings, -1))
+            # In the state's dtype, then self.dtype, as the whole-table path (and bitsandbytes) rounds.
             return torch.ops.bnb.dequantize_4bit(rows.reshape(-1), absmax.reshape(-1), state.blocksize,
-                                                 state.quant_type, [*input.shape, dim], self.dtype)
+                                                 state.quant_type, [*input.shape, dim], state.dtype).to(self.dtype)
         return nn.functional.embedding(input, F._dequantize_4bit(self.weight, state).to(self.dtype))
 
 
