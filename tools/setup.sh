@@ -41,9 +41,15 @@ fi
 
 # --- build and install bnb --------------------------------------------------------------------------------------
 say "building bnb (bazel build //bnb/python:wheel)"
-bazel build --noshow_progress //bnb/python:wheel 2>&1 | grep -vE '^(INFO|Loading|Analyzing|Target|  bazel-bin)|linux-sandbox' || true
-wheel=$(ls -t bazel-bin/bnb/python/bnb-*.whl | head -n1)
-[[ -f $wheel ]] || { echo "[setup] the wheel was not built" >&2; exit 1; }
+# A failed build must stop here: installing the wheel an earlier build left would demo and test stale code.
+build_log=$(mktemp)
+build_status=0
+bazel build --noshow_progress //bnb/python:wheel >"$build_log" 2>&1 || build_status=$?
+grep -vE '^(INFO|Loading|Analyzing|Target|  bazel-bin)|linux-sandbox' "$build_log" || true
+rm -f "$build_log"
+(( build_status == 0 )) || { echo "[setup] bazel build //bnb/python:wheel failed (output above)" >&2; exit 1; }
+wheel=$(ls -t bazel-bin/bnb/python/bnb-*.whl 2>/dev/null | head -n1)
+[[ -n $wheel && -f $wheel ]] || { echo "[setup] the wheel was not built" >&2; exit 1; }
 sum=$(sha256sum "$wheel" | cut -c1-16)
 if [[ ! -f .venv/.bnb-wheel-$sum ]]; then
   say "installing $(basename "$wheel") into .venv"

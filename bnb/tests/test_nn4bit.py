@@ -404,3 +404,15 @@ def test_embedding_rows_round_through_the_state_dtype_like_the_table():
     assert table.dtype == torch.bfloat16
     idx = torch.tensor([[0, 19], [5, 5]])
     assert_same_bits(dst(idx), torch.nn.functional.embedding(idx, table.float()))
+
+
+def test_matmul_4bit_batches_compute_rows_as_the_single_row_path():
+    # A bfloat16-quantized weight against float32 activations: the batch used to round W to bfloat16 first.
+    W = torch.randn(256, 512, dtype=torch.bfloat16)
+    q, s = F.quantize_4bit(W, quant_type="nf4")
+    W32 = torch.ops.bnb.dequantize_4bit(q, F._absmax_of(s), 64, "nf4", [256, 512], torch.float32)
+    A = torch.randn(4, 512)
+    ref = (A.double() @ W32.double().t()).float()
+    torch.testing.assert_close(bnb.matmul_4bit(A, q, s), ref, rtol=1e-5, atol=1e-4)
+    rows = torch.cat([bnb.matmul_4bit(A[i:i + 1], q, s) for i in range(4)])
+    torch.testing.assert_close(bnb.matmul_4bit(A, q, s), rows, rtol=1e-5, atol=1e-4)

@@ -13,12 +13,21 @@ from .quant_state import QuantState
 _GEMV_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # the others (float64) take the dense path
 
 
+def _weight(B: torch.Tensor, state: QuantState, dtype: torch.dtype) -> torch.Tensor:
+    """W in `dtype`, dequantized straight into it where the kernels write it (as bitsandbytes' gemm_4bit does): a
+    weight quantized from bfloat16 is not rounded to bfloat16 on its way to float32 activations, so a batch
+    computes each row as the single-row gemv does."""
+    if dtype in _GEMV_DTYPES:
+        return F._dequantize_4bit(B, state, dtype=dtype)
+    return F._dequantize_4bit(B, state).to(dtype)
+
+
 class MatMul4Bit(torch.autograd.Function):
     """Dequantize the weight, then a dense matmul; the backward pass dequantizes again rather than keep it."""
 
     @staticmethod
     def forward(ctx, A: torch.Tensor, B: torch.Tensor, bias: Optional[torch.Tensor], state: QuantState):
-        W = F._dequantize_4bit(B, state).to(A.dtype)
+        W = _weight(B, state, A.dtype)
         ctx.state = state
         ctx.save_for_backward(B)
         ctx.has_bias = bias is not None
@@ -29,7 +38,7 @@ class MatMul4Bit(torch.autograd.Function):
         (B,) = ctx.saved_tensors
         grad_A = grad_bias = None
         if ctx.needs_input_grad[0]:
-            grad_A = grad_out @ F._dequantize_4bit(B, ctx.state).to(grad_out.dtype)
+            grad_A = grad_out @ _weight(B, ctx.state, grad_out.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = grad_out.reshape(-1, grad_out.shape[-1]).sum(0)
         return grad_A, None, grad_bias, None

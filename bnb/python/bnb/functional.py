@@ -174,11 +174,14 @@ def dequantize_4bit(
     return out.t() if A.dim() == 2 and A.shape[0] == 1 and out.dim() == 2 else out
 
 
-def _dequantize_4bit(A: torch.Tensor, quant_state: QuantState, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """The weight of shape quant_state.shape, whatever A's layout (the modules' and matmul_4bit's form)."""
+def _dequantize_4bit(A: torch.Tensor, quant_state: QuantState, out: Optional[torch.Tensor] = None,
+                     dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """The weight of shape quant_state.shape, whatever A's layout (the modules' and matmul_4bit's form), in `dtype`
+    (default: the state's), computed there directly rather than rounded to the state's dtype first."""
     _check_4bit(quant_state.blocksize, quant_state.quant_type, quant_state.dtype, "4-bit dequantization")
     absmax = _absmax_of(quant_state)
-    args = (A, absmax, quant_state.blocksize, quant_state.quant_type, list(quant_state.shape), quant_state.dtype)
+    dtype = quant_state.dtype if dtype is None else dtype
+    args = (A, absmax, quant_state.blocksize, quant_state.quant_type, list(quant_state.shape), dtype)
     if out is not None:
         torch.ops.bnb.dequantize_4bit.out(*args, out=out)
         return out
