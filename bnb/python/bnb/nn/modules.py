@@ -41,8 +41,11 @@ class Params4bit(nn.Parameter):
     _ATTRS = ("blocksize", "compress_statistics", "quant_type", "quant_state", "quant_storage", "bnb_quantized",
               "module")
 
+    def _attrs(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self._ATTRS}
+
     def __getstate__(self):
-        state = {k: getattr(self, k) for k in self._ATTRS}
+        state = self._attrs()
         state["data"] = self.data
         state["requires_grad"] = self.requires_grad
         return state
@@ -57,7 +60,7 @@ class Params4bit(nn.Parameter):
     def __reduce_ex__(self, proto):
         # nn.Parameter's own reduction rebuilds a plain Parameter: a pickled module (torch.save(model)) would come
         # back with packed codes that no longer know they are codes, or a weight that never quantizes.
-        return type(self), (self.data, self.requires_grad), {k: getattr(self, k) for k in self._ATTRS}
+        return type(self), (self.data, self.requires_grad), self._attrs()
 
     def __deepcopy__(self, memo):
         # The copy belongs to the copy of its module when that module is being deep-copied (it is in memo then),
@@ -72,22 +75,23 @@ class Params4bit(nn.Parameter):
                           device="cpu", module: Optional[nn.Module] = None, **kwargs) -> "Params4bit":
         """A quantized weight from its packed codes and the stats of a state dict (keys without "weight.")."""
         state = QuantState.from_dict(qs_dict=quantized_stats, device=device)
-        self = cls(data.to(device), requires_grad, state, state.blocksize, state.nested, state.quant_type,
-                   data.dtype, module, bnb_quantized=True)
-        if module is not None:
-            module.quant_state = state
-        return self
+        return cls(requires_grad=requires_grad, module=module)._hold(data.to(device), state)
 
     def _quantize(self, device) -> "Params4bit":
         w = self.data.contiguous().to(device)
         packed, state = F.quantize_4bit(w, blocksize=self.blocksize, compress_statistics=self.compress_statistics,
                                         quant_type=self.quant_type, quant_storage=self.quant_storage)
+        return self._hold(packed, state)  # modules keep this object (param.data = result): the state must live on it
+
+    def _hold(self, packed: torch.Tensor, state: QuantState) -> "Params4bit":
+        """Makes this parameter the packed codes `packed` with their state (and its module's quant_state that
+        state): the one place a Params4bit becomes quantized, in place."""
         self.data = packed
-        self.quant_state = state
+        self.quant_state, self.blocksize, self.compress_statistics = state, state.blocksize, state.nested
+        self.quant_type, self.quant_storage, self.bnb_quantized = state.quant_type, packed.dtype, True
         if self.module is not None:
             self.module.quant_state = state
-        self.bnb_quantized = True
-        return self  # modules keep this object (param.data = result): the state must live on it
+        return self
 
     def __copy__(self):
         return type(self).__new__(type(self), self.data, self.requires_grad, self.quant_state, self.blocksize,
@@ -126,7 +130,6 @@ class Params4bit(nn.Parameter):
                           self.quant_type, self.quant_storage, self.module, self.bnb_quantized)
 
 
-
 def _quant_state_property(name: str, get, nested: bool) -> property:
     """Params4bit.<name>: the quant state's field, as bitsandbytes 0.50 has it for FSDP, which resolves state-dict keys
     such as "weight.absmax" by getattr on the weight. A property, not __getattr__: torch.compile traces properties
@@ -152,9 +155,10 @@ for _name, _get, _nested in (
         ("nested_dtype", lambda qs: qs.state2.dtype, True)):
     setattr(Params4bit, _name, _quant_state_property(_name, _get, _nested))
 
+
 def _restore_weight(module: nn.Module) -> None:
     """Makes module.weight a Params4bit again where something replaced it by a plain Parameter over the packed codes
-    (load_state_dict(assign=True), FSDP), from the module's quant_state: as bitsandbytes'
+    (FSDP, or a user's assignment), from the module's quant_state: as bitsandbytes'
     fix_4bit_weight_quant_state_from_module."""
     state = getattr(module, "quant_state", None)
     w = module.weight
@@ -162,8 +166,7 @@ def _restore_weight(module: nn.Module) -> None:
         return
     if w.numel() * w.element_size() != (math.prod(state.shape) + 1) // 2:
         return  # not packed codes of this state: leave it as it is
-    module.weight = Params4bit(w.data, w.requires_grad, state, state.blocksize, state.nested, state.quant_type,
-                               w.dtype, module, bnb_quantized=True)
+    module.weight = Params4bit(requires_grad=w.requires_grad, module=module)._hold(w.data, state)
 
 
 def _state_of(module: nn.Module) -> QuantState:
@@ -249,13 +252,10 @@ class _Quantized4bitModule:
                               f"{tuple(state.shape)}, the current model's is {self._weight_shape()}")
             return
         if assign or not isinstance(old, Params4bit):
-            self.weight = Params4bit(data, old.requires_grad, state, state.blocksize, state.nested, state.quant_type,
-                                     data.dtype, self, bnb_quantized=True)
+            self.weight = Params4bit(requires_grad=old.requires_grad, module=self)._hold(data, state)
         else:  # optimizers and hooks hold the Parameter object: it stays
-            old.data = data
-            old.quant_state, old.blocksize, old.compress_statistics = state, state.blocksize, state.nested
-            old.quant_type, old.quant_storage, old.bnb_quantized, old.module = state.quant_type, data.dtype, True, self
-        self.quant_state = state
+            old.module = self
+            old._hold(data, state)
         self.quant_storage = data.dtype
 
 
