@@ -4,7 +4,7 @@ load(":python_env.bzl", "find_python", "python_query")
 
 def _impl(ctx):
     python = find_python(ctx)
-    info = python_query(ctx, python, "import sys, sysconfig; print(sys.version_info[0], sys.version_info[1], sysconfig.get_paths()['include'])", "asking Python for its version").split(" ")
+    info = python_query(ctx, python, "import sys, sysconfig; print(sys.version_info[0], sys.version_info[1], sysconfig.get_paths()['include'])", "asking Python for its version").split(" ", 2)
     major, minor, include = int(info[0]), int(info[1]), info[2]
     if major != 3 or minor < 9:
         fail("bnb: Python >= 3.9 is required, %s is %d.%d" % (python, major, minor))

@@ -11,7 +11,7 @@ def _impl(ctx):
         python,
         "import os, torch; print(torch.__version__.split('+')[0], int(torch._C._GLIBCXX_USE_CXX11_ABI), os.path.dirname(torch.__file__))",
         "importing torch (install it in the project's environment: tools/setup.sh, or pip install torch==2.13.0)",
-    ).splitlines()[-1].split(" ")
+    ).splitlines()[-1].split(" ", 2)
     version, abi, root = out[0], out[1], out[2]
     parts = version.split(".")
     if (int(parts[0]), int(parts[1])) < _MIN:

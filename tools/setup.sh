@@ -28,9 +28,10 @@ fi
 
 # --- Python environment -----------------------------------------------------------------------------------------
 base_python=${BNB_BASE_PYTHON:-python3}
-if [[ ! -x .venv/bin/python ]]; then
+# A venv whose creation was interrupted may have a python but no pip: make it again rather than fail later.
+if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
   say "creating .venv with $("$base_python" --version)"
-  "$base_python" -m venv .venv
+  "$base_python" -m venv --clear .venv
 fi
 stamp=".venv/.bnb-requirements-$(sha256sum tools/requirements.txt | cut -c1-16)"
 if [[ ! -f $stamp ]]; then

@@ -5,5 +5,13 @@ cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
 bazel test //... "$@"
 status=$?
-.venv/bin/python tools/test_summary.py bazel-testlogs
+# Count the targets this run asked for (its patterns, or //...), not whatever bazel-testlogs still holds.
+patterns=()
+for a in "$@"; do [[ $a == -* ]] || patterns+=("$a"); done
+((${#patterns[@]})) || patterns=(//...)
+query="tests($(IFS=+; echo "${patterns[*]}"))"
+mapfile -t targets < <(bazel query --noshow_progress "$query" 2>/dev/null)
+if ((${#targets[@]})); then
+  .venv/bin/python tools/test_summary.py bazel-testlogs "${targets[@]}"
+fi
 exit $status

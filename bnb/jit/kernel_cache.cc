@@ -181,6 +181,7 @@ absl::Status KernelCache::Warm(const std::vector<KernelSpec>& specs, const std::
   // Checked once up front: a bad arch would otherwise fail every spec alike, and a warm into no disk cache would
   // report success while leaving nothing to ship.
   if (absl::Status st = ParseArch(arch).status(); !st.ok()) return st;
+  if (absl::Status st = DiskSettingsStatus(); !st.ok()) return st;
   if (absl::Status st = Disk()->Usable(); !st.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("cache warm: ", st.message()));
   }
@@ -209,8 +210,23 @@ void KernelCache::ResetStats() {
   stats_ = Stats();
 }
 
-absl::StatusOr<std::vector<CacheFileInfo>> KernelCache::ListDisk() { return Disk()->List(); }
-absl::StatusOr<int> KernelCache::ClearDisk() { return Disk()->Clear(); }
+absl::Status KernelCache::DiskSettingsStatus() {
+  if (options_.disk.has_value()) return absl::OkStatus();
+  core::Config& config = core::Config::Global();
+  if (absl::StatusOr<std::string> dir = config.GetString("cache.dir"); !dir.ok()) return dir.status();
+  if (absl::StatusOr<bool> enabled = config.GetBool("cache.enabled"); !enabled.ok()) return enabled.status();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<CacheFileInfo>> KernelCache::ListDisk() {
+  if (absl::Status st = DiskSettingsStatus(); !st.ok()) return st;
+  return Disk()->List();
+}
+
+absl::StatusOr<int> KernelCache::ClearDisk() {
+  if (absl::Status st = DiskSettingsStatus(); !st.ok()) return st;
+  return Disk()->Clear();
+}
 std::string KernelCache::DiskDir() { return Disk()->dir(); }
 
 Stats GetStats() { return KernelCache::Global().GetStats(); }

@@ -69,7 +69,8 @@ class KernelCache {
   Stats GetStats();
   void ResetStats();
 
-  // The disk cache's files; remove them all. Errors when the disk cache is off or unusable.
+  // The disk cache's files; remove them all. Errors when the disk cache is off or unusable, or when its knobs
+  // cannot be read (a bad cache.dir must not list or clear the default directory instead).
   absl::StatusOr<std::vector<CacheFileInfo>> ListDisk();
   absl::StatusOr<int> ClearDisk();
   // The disk cache directory in use; empty when it is off or unusable.
@@ -81,6 +82,8 @@ class KernelCache {
     std::shared_ptr<const Binary> binary;
   };
   std::shared_ptr<DiskCache> Disk();
+  // The cache.dir and cache.enabled knobs' read errors, if any (Disk() warns and falls back instead).
+  absl::Status DiskSettingsStatus();
 
   KernelCacheOptions options_;
   std::shared_ptr<Compiler> compiler_;

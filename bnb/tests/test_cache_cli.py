@@ -49,9 +49,16 @@ def test_a_wrong_nvrtc_path_is_an_error_said_once(tmp_path):
 
 
 def test_cache_dir_must_be_absolute_and_a_relative_xdg_is_ignored(tmp_path):
-    tilde = run_cache(tmp_path, "list", BNB_CACHE_DIR="~/bnbx")
-    assert tilde.returncode == 2 and "cache.dir: expected an absolute path (~ is not expanded), got '~/bnbx'" \
-        in tilde.stderr, tilde.stderr
+    # The default directory exists and holds a kernel: a bad cache.dir must not list or clear it instead.
+    default = tmp_path / "home" / ".cache" / "bnb" / "kernels"
+    default.mkdir(parents=True)
+    (default / (KEY + ".bnbk")).write_text("x")
+    for action in ("list", "clear", "warm"):
+        tilde = run_cache(tmp_path, action, BNB_CACHE_DIR="~/bnbx", HOME=str(tmp_path / "home"))
+        assert tilde.returncode == 2 and "cache.dir: expected an absolute path (~ is not expanded), got '~/bnbx'" \
+            in tilde.stderr, (action, tilde.stderr)
+        assert "kernels" not in tilde.stdout, (action, tilde.stdout)
+    assert (default / (KEY + ".bnbk")).exists()
     assert not (tmp_path / "~").exists()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BNB_")}
     env.update(XDG_CACHE_HOME="relxdg", HOME=str(tmp_path / "home"))
