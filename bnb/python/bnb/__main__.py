@@ -1,4 +1,5 @@
-"""python -m bnb <command>: demo (quantize realistic weight shapes and print a table), config (effective knobs)."""
+"""python -m bnb <command>: demo (quantize realistic weight shapes and print a table), config (effective knobs),
+cache (list, clear or warm the compiled CUDA kernel cache)."""
 
 import argparse
 import os
@@ -9,9 +10,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bnb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="8-bit and NF4 round trips over realistic weight shapes, as a table")
-    demo.add_argument("--blocksize", type=int, default=4096)
+    demo.add_argument("--blocksize", type=_blocksize, default=4096,
+                      help="8-bit block size: a power of two from 32 to 4096 (default 4096; NF4 uses 64)")
     demo.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="bfloat16")
-    demo.add_argument("--repeat", type=int, default=3, help="timed runs per shape (the best is shown)")
+    demo.add_argument("--repeat", type=_positive, default=3, help="timed runs per shape (the best is shown)")
     demo.add_argument("--small", action="store_true", help="shapes 8x smaller, for a quick look")
     sub.add_parser("config", help="print every knob's effective value and where it came from")
     cache = sub.add_parser("cache", help="the compiled CUDA kernel cache")
@@ -28,10 +30,23 @@ def main(argv=None) -> int:
         from . import config
         print(config.format_table())
         for name in config.unknown_env_vars():
-            print(f"note: {name} is set but is no bnb knob's variable (the table's env column lists them)",
-                  file=sys.stderr)
+            print(f"note: {name} is set but is no bnb knob's variable (a knob's is BNB_<SECTION>_<KEY>, as "
+                  f"BNB_CPU_THREADS for cpu.threads)", file=sys.stderr)
         return 0
     return 2
+
+
+def _blocksize(text: str) -> int:
+    from .functional import _BLOCKSIZES
+    if not text.isdigit() or int(text) not in _BLOCKSIZES:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected one of {', '.join(map(str, _BLOCKSIZES))}")
+    return int(text)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return int(text)
 
 
 def _report(e: Exception) -> None:

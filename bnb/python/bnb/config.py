@@ -67,13 +67,24 @@ def unknown_env_vars() -> list[str]:
     ignored. Other software may use the prefix too (bitsandbytes reads BNB_CUDA_VERSION), so these are notes, not
     errors."""
     import os
-    known = {e["env"] for e in effective()} | {"BNB_CONFIG"}
+    # BNB_CONFIG names a file; BNB_PYTHON and BNB_BASE_PYTHON pick the interpreters of the build and of set-up.
+    known = {e["env"] for e in effective()} | {"BNB_CONFIG", "BNB_PYTHON", "BNB_BASE_PYTHON"}
     return sorted(k for k in os.environ if k.startswith("BNB_") and k not in known)
+
+
+def toml_value(value: Any) -> str:
+    """`value` as a config file would spell it (true, 4096, "best"), so a line of the table can be copied into one."""
+    import json
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
+    return str(value)
 
 
 def format_table() -> str:
     """The effective configuration as an aligned text table, as `python -m bnb config` prints it."""
-    rows = [(e["name"], repr(e["value"]), e["source"], e["doc"]) for e in effective()]
+    rows = [(e["name"], toml_value(e["value"]), e["source"], e["doc"]) for e in effective()]
     heads = ("knob", "value", "from", "meaning")
     widths = [max(len(r[i]) for r in rows + [heads]) for i in range(3)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths)) + "  " + heads[3]]

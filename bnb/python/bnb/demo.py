@@ -5,7 +5,7 @@ import time
 
 import torch
 
-from . import _C, functional
+from . import _C, config, functional
 
 # (name, rows, cols): Llama-7B's attention/MLP projections and its embedding.
 SHAPES = [
@@ -45,7 +45,7 @@ def run_demo(args) -> int:
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
     print(f"bnb quantization on the CPU: {args.dtype} weights, instruction set {_C.cpu_isa()} "
-          f"(available: {', '.join(_C.cpu_isas())}), {torch.get_num_threads()} threads")
+          f"(available: {', '.join(_C.cpu_isas())}), {_threads()}")
     head = (f"{'tensor':<25}{'format':<17}{'MB before':>10}{'MB after':>10}{'ratio':>7}{'mean abs err':>14}"
             f"{'mean rel err':>14}{'quant GB/s':>12}{'dequant GB/s':>14}")
     print(head)
@@ -67,4 +67,15 @@ def run_demo(args) -> int:
             print(f"{name + (' /8' if args.small else ''):<25}{label:<17}{before / 1e6:>10.1f}{after / 1e6:>10.1f}"
                   f"{before / after:>7.2f}{err.mean().item():>14.3e}{rel.mean().item():>14.3e}"
                   f"{(before + after) / tq / 1e9:>12.2f}{(before + after) / td / 1e9:>14.2f}")
+    print("mean rel err: the mean of |error| / |weight|; NF4 rounds the weights nearest 0 to 0, an error of 100% each")
+    print("GB/s: bytes read plus bytes written per second, best of --repeat runs, each into a new output")
     return 0
+
+
+def _threads() -> str:
+    """The threads the CPU kernels split over: torch's pool, capped by the cpu.threads knob when it is set."""
+    pool = torch.get_num_threads()
+    knob = config.get("cpu.threads")
+    n = pool if knob == 0 else min(knob, pool)
+    why = "torch's pool" if knob == 0 else f"cpu.threads = {knob}, torch's pool {pool}"
+    return f"{n} thread{'' if n == 1 else 's'} ({why})"

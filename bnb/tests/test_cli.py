@@ -1,0 +1,88 @@
+"""`python -m bnb demo` (the main job) and `python -m bnb config` as a user runs them: the demo's table holds
+sane figures, bad arguments are one-line errors, and the config table's values are TOML a file can take back."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import bnb.config
+
+
+def run_bnb(tmp_path, *args, **env):
+    full = {k: v for k, v in os.environ.items() if not k.startswith("BNB_")}
+    full.update(env)
+    return subprocess.run([sys.executable, "-m", "bnb", *args], capture_output=True, text=True, cwd=tmp_path,
+                          env=full)
+
+
+def test_demo_prints_a_row_per_shape_and_format_with_sane_figures(tmp_path):
+    run = run_bnb(tmp_path, "demo", "--small", "--repeat", "1", "--dtype", "float32", "--blocksize", "256",
+                  BNB_CPU_THREADS="1")
+    assert run.returncode == 0, run.stderr
+    assert "float32 weights" in run.stdout and "1 thread (cpu.threads = 1" in run.stdout
+    rows = [l.split() for l in run.stdout.splitlines() if re.search(r"(8-bit bs256|nf4 bs64 nested)\s+\d", l)]
+    assert len(rows) == 8, run.stdout
+    for r in rows:
+        before, after, ratio, abs_err, rel_err, q_gbs, dq_gbs = map(float, r[-7:])
+        fmt = r[-9] + " " + r[-8]
+        # 8-bit: one byte per weight plus a float32 absmax per 256; NF4: half a byte plus 8-bit nested absmax.
+        want = 4 / (1 + 4 / 256) if fmt == "8-bit bs256" else 8 / (1 + 2 / 64 + 8 / (64 * 256))
+        assert ratio == pytest.approx(want, abs=0.01), r
+        assert before / after == pytest.approx(want, rel=0.02), r
+        # Weights are randn * 0.02: the 8-bit bound of bitsandbytes' tests scaled to them, and NF4's error size.
+        assert 0 < abs_err < (0.011 * 0.02 if fmt == "8-bit bs256" else 0.1 * 0.02), r
+        assert 0 < rel_err < (0.018 if fmt == "8-bit bs256" else 0.3), r
+        assert q_gbs > 0 and dq_gbs > 0
+
+
+@pytest.mark.parametrize("args,bad", [(["--blocksize", "100"], "'100'"), (["--blocksize", "8192"], "'8192'"),
+                                      (["--repeat", "0"], "'0'"), (["--repeat", "-2"], "'-2'")])
+def test_demo_rejects_bad_arguments_in_one_line(tmp_path, args, bad):
+    run = run_bnb(tmp_path, "demo", *args)
+    assert run.returncode == 2 and bad in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+def test_help_names_every_command(tmp_path):
+    run = run_bnb(tmp_path, "--help")
+    assert run.returncode == 0
+    for command in ("demo", "config", "cache"):
+        assert f"{command} (" in run.stdout.replace("\n", " "), run.stdout
+
+
+def test_config_values_are_toml_that_a_file_takes_back(tmp_path, monkeypatch):
+    overrides = {"BNB_CPU_ISA": "scalar", "BNB_CPU_HUGE_PAGES": "false", "BNB_CPU_THREADS": "3",
+                 "BNB_CACHE_DIR": str(tmp_path / 'a "quoted" dir')}
+    run = run_bnb(tmp_path, "config", **overrides)
+    assert run.returncode == 0, run.stderr
+    values = {}
+    for line in run.stdout.splitlines()[1:]:
+        name, rest = line.split(None, 1)
+        m = re.match(r'("(?:[^"\\]|\\.)*"|\S+)', rest)
+        values[name] = m.group(1)
+    assert values["cpu.huge_pages"] == "false" and values["cpu.isa"] == '"scalar"' and values["cpu.threads"] == "3"
+    sections = {}
+    for name, value in values.items():
+        section, key = name.split(".")
+        sections.setdefault(section, []).append(f"{key} = {value}")
+    (tmp_path / "bnb.toml").write_text("".join(f"[{s}]\n" + "\n".join(kv) + "\n" for s, kv in sections.items()))
+    for k in [k for k in os.environ if k.startswith("BNB_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.chdir(tmp_path)
+    try:
+        bnb.config.reload()
+        for name in values:
+            assert "bnb.toml:" in bnb.config.source(name), (name, bnb.config.source(name))
+        assert bnb.config.get("cpu.isa") == "scalar" and bnb.config.get("cpu.huge_pages") is False
+        assert bnb.config.get("cache.dir") == str(tmp_path / 'a "quoted" dir')
+    finally:
+        monkeypatch.chdir("/")
+        bnb.config.reload()
+
+
+def test_unknown_env_notes_skip_the_build_variables(tmp_path):
+    run = run_bnb(tmp_path, "config", BNB_PYTHON="/usr/bin/python3", BNB_BASE_PYTHON="python3", BNB_CPU_THRED="2")
+    assert run.returncode == 0
+    assert "BNB_CPU_THRED" in run.stderr and "BNB_PYTHON" not in run.stderr and "BNB_BASE_PYTHON" not in run.stderr
