@@ -22,8 +22,16 @@ def test_codebooks_are_bitsandbytes():
     fp4 = F.get_4bit_type("fp4")
     assert fp4.tolist() == (torch.tensor([0, 0.0625, 8, 12, 4, 6, 2, 3, -0.0, -0.0625, -8, -12, -4, -6, -2, -3])
                             / 12).tolist()
-    with pytest.raises(NotImplementedError):
-        F.get_4bit_type("int4")
+    # The codebooks only (quantize_4bit takes nf4 and fp4): symmetric int4 in sevenths, and AbnormalFloat4.
+    int4 = torch.tensor([7, 6, 5, 4, 3, 2, 1, 0, -0.0, -1, -2, -3, -4, -5, -6, -7]) / 7
+    assert F.get_4bit_type("int4").tolist() == int4.tolist()
+    af4 = F.get_4bit_type("af4")
+    assert af4[0] == 1.0 and af4[8] == 0.0 and af4[15] == -1.0 and bool((af4[1:] < af4[:-1]).all())
+    assert af4[7].item() == pytest.approx(0.04273164) and af4[9].item() == pytest.approx(-0.04934812)
+    with pytest.raises(NotImplementedError, match="blocksize 64 only, got 128"):
+        F.get_4bit_type("af4", blocksize=128)
+    with pytest.raises(NotImplementedError, match="int5"):
+        F.get_4bit_type("int5")
 
 
 @pytest.mark.parametrize("device", devices())
@@ -133,6 +141,11 @@ def test_opcheck(device):
     opcheck(torch.ops.bnb.gemv_4bit.out, (x, packed, [64, 96], absmax, code, 64), {"out": y})
     opcheck(torch.ops.bnb.gemm_4bit.default, (torch.randn(3, 96, device=device, dtype=torch.bfloat16), packed,
                                                [64, 96], absmax, 64, "nf4"))
+    # With inputs that require grad, opcheck checks the registered gradients too.
+    opcheck(torch.ops.bnb.gemv_4bit.default, (x.float().requires_grad_(), packed, [64, 96], absmax, code, 64))
+    opcheck(torch.ops.bnb.gemm_4bit.default, (torch.randn(3, 96, device=device, requires_grad=True), packed,
+                                               [64, 96], absmax, 64, "nf4"),
+            {"bias": torch.randn(64, device=device, requires_grad=True)})
 
 
 W32 = torch.randn(64, 64)
@@ -215,3 +228,91 @@ def test_gemv_4bit_rows_with_infinite_absmax_give_nan_like_the_dense_product(isa
         got = F.gemv_4bit(A, packed, state=state)
     assert torch.isnan(dense[0, :2]).all() and torch.isnan(got[0, :2]).all(), (isa, got)
     assert torch.allclose(got[0, 2:], dense[0, 2:], rtol=1e-5, atol=1e-5)
+
+
+def dense_grads(A, W, bias=None):
+    """A's (and bias') gradients of sum(linear(A, W, bias) * G) for a fixed G, through plain torch."""
+    A = A.detach().clone().requires_grad_()
+    b = None if bias is None else bias.detach().clone().requires_grad_()
+    y = torch.nn.functional.linear(A, W, b)
+    G = torch.linspace(-1, 1, y.numel()).reshape(y.shape).to(y.dtype)
+    (y * G).sum().backward()
+    return G, A.grad, None if b is None else b.grad
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_gemv_4bit_gives_A_its_gradient(dtype):
+    W = torch.randn(48, 96)
+    packed, state = F.quantize_4bit(W, blocksize=32, quant_type="fp4")
+    A = torch.randn(1, 96, dtype=dtype, requires_grad=True)
+    y = F.gemv_4bit(A, packed, state=state)
+    G, want, _ = dense_grads(A.float(), F.dequantize_4bit(packed, state).float())
+    (y * G.to(dtype)).sum().backward()
+    assert A.grad is not None and A.grad.dtype == dtype
+    torch.testing.assert_close(A.grad.float(), want, **({} if dtype == torch.float32 else {"rtol": 2e-2,
+                                                                                           "atol": 2e-2}))
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_gemm_4bit_gives_A_and_bias_their_gradients(nested):
+    W = torch.randn(64, 96)
+    packed, state = F.quantize_4bit(W, blocksize=32, quant_type="nf4", compress_statistics=nested)
+    A = torch.randn(2, 5, 96, requires_grad=True)
+    bias = torch.randn(64, requires_grad=True)
+    if nested:
+        args = (state.state2.absmax, 32, "nf4", bias, state.absmax, state.state2.code, state.offset)
+    else:
+        args = (state.absmax, 32, "nf4", bias)
+    y = torch.ops.bnb.gemm_4bit(A, packed, [64, 96], *args)
+    G, want_A, want_bias = dense_grads(A, F.dequantize_4bit(packed, state), bias)
+    (y * G).sum().backward()
+    torch.testing.assert_close(A.grad, want_A)
+    torch.testing.assert_close(bias.grad, want_bias)
+
+
+def test_quantize_4bit_checks_out_and_absmax_before_writing():
+    A = torch.randn(10, 64)  # 640 values: 320 packed bytes, 10 blocks of 64
+    u8, f32 = torch.uint8, torch.float32
+    cases = [  # (out, absmax, compress_statistics, message)
+        ((319, 1), u8, (10,), f32, False, r"out must be torch.uint8 of shape \(320, 1\) for A of shape \(10, 64\) "
+                                          r"\(blocksize 64, compress_statistics=False\), got torch.uint8 of shape "
+                                          r"\(319, 1\)"),
+        ((320, 1), torch.float16, (10,), f32, False, r"out must be torch.uint8 .* got torch.float16"),
+        ((320,), u8, (10,), f32, False, r"out must be torch.uint8 of shape \(320, 1\).* got torch.uint8 of shape "
+                                        r"\(320,\)"),
+        ((320, 1), u8, (9,), f32, False, r"absmax must be torch.float32 of shape \(10,\).* got torch.float32 of "
+                                         r"shape \(9,\)"),
+        ((320, 1), u8, (10,), f32, True, r"absmax must be torch.uint8 of shape \(10,\)"),
+    ]
+    for out_shape, out_dtype, absmax_shape, absmax_dtype, nested, message in cases:
+        out, absmax = torch.zeros(out_shape, dtype=out_dtype), torch.zeros(absmax_shape, dtype=absmax_dtype)
+        with pytest.raises(ValueError, match=message):
+            F.quantize_4bit(A, out=out, absmax=absmax, compress_statistics=nested)
+        assert not out.any() and not absmax.any()  # neither the wrong buffer nor the right one was written
+    for nested in (False, True):
+        out = torch.zeros(320, 1, dtype=u8)
+        absmax = torch.zeros(10, dtype=u8 if nested else f32)
+        packed, state = F.quantize_4bit(A, out=out, absmax=absmax, compress_statistics=nested)
+        want_packed, want_state = F.quantize_4bit(A, compress_statistics=nested)
+        assert packed is out and state.absmax is absmax
+        assert_same_bits(out, want_packed)
+        assert_same_bits(absmax, want_state.absmax)
+
+
+def test_matmul_4bit_takes_a_kn_weight_with_a_deprecation_warning():
+    W = torch.randn(96, 40)  # [K, N]: in_features first, as bitsandbytes still accepts
+    packed, state = F.quantize_4bit(W, quant_type="nf4")
+    A = torch.randn(3, 96, requires_grad=True)
+    with pytest.warns(DeprecationWarning, match=r"quantized from a \[K, N\] tensor \(quant_state.shape=\[96, 40\]"):
+        y = bnb.matmul_4bit(A, packed, state)
+    Wq = F.dequantize_4bit(packed, state)
+    G, want, _ = dense_grads(A, Wq.t())
+    torch.testing.assert_close(y, A.detach() @ Wq)
+    (y * G).sum().backward()
+    torch.testing.assert_close(A.grad, want)
+
+
+def test_matmul_4bit_needs_a_2d_state_shape():
+    packed, state = F.quantize_4bit(torch.randn(4, 8, 16), quant_type="nf4")
+    with pytest.raises(ValueError, match=r"quant_state.shape must be 2D \[N, K\], got \[4, 8, 16\]"):
+        bnb.matmul_4bit(torch.randn(2, 16), packed, state)

@@ -7,6 +7,7 @@ compiles nothing and does not initialize CUDA.
 import torch  # noqa: F401  (bnb._C links libtorch: torch must be loaded first)
 
 from . import _C  # registers the operators' schemas and C++ kernels
+from . import autograd as _autograd
 from . import reference as _reference
 from . import config, functional, jit, nn
 from .autograd import matmul_4bit
@@ -15,6 +16,7 @@ from .functional import QuantState
 from ._version import __version__  # generated from version.bzl
 
 _reference.register()
+_autograd.register()
 jit._locate_nvrtc()
 
 __all__ = ["config", "functional", "jit", "matmul_4bit", "nn", "QuantState", "__version__"]

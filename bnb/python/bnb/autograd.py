@@ -1,7 +1,9 @@
-"""matmul_4bit: x @ W.T for a 4-bit weight W, differentiable in x (QLoRA trains adapters, not W)."""
+"""matmul_4bit: x @ W.T for a 4-bit weight W, differentiable in x (QLoRA trains adapters, not W); and the
+gradients of the ops that multiply by a 4-bit weight (gemv_4bit, gemm_4bit) in their activations and bias."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import torch
@@ -50,6 +52,11 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
     which never materializes W; anything else dequantizes and runs a dense matmul."""
     if quant_state is None:
         raise ValueError("matmul_4bit needs the weight's quant_state")
+    if len(quant_state.shape) != 2:
+        raise ValueError(f"matmul_4bit: quant_state.shape must be 2D [N, K], got {list(quant_state.shape)}")
+    N, K = quant_state.shape
+    if A.shape[-1] == N and N != K:
+        return _matmul_kn(A, B, quant_state, out, bias)
     if A.numel() == A.shape[-1] and A.dtype in _GEMV_DTYPES and not (torch.is_grad_enabled() and A.requires_grad):
         result = F.gemv_4bit(A, B, state=quant_state)
         if bias is not None:
@@ -59,3 +66,74 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
     if out is not None:
         return out.copy_(result)
     return result
+
+
+def _matmul_kn(A, B, quant_state, out, bias):
+    """A weight quantized as [K, N] (in_features first), which bitsandbytes 0.50 still multiplies, with a
+    DeprecationWarning: W is dequantized and A @ W taken densely (square weights cannot be told apart, and are
+    [N, K])."""
+    if not torch.compiler.is_compiling():
+        warnings.warn(f"matmul_4bit: weight was quantized from a [K, N] tensor (quant_state.shape="
+                      f"{list(quant_state.shape)}, A has {A.shape[-1]} columns). Quantize the weight in [N, K] "
+                      "(out_features, in_features) orientation; bitsandbytes will make this an error.",
+                      DeprecationWarning, stacklevel=3)
+    result = torch.nn.functional.linear(A, _weight(B, quant_state, A.dtype).t(),
+                                        None if bias is None else bias.to(A.dtype))
+    if out is not None:
+        return out.copy_(result)
+    return result
+
+
+def _save_weight_args(ctx, inputs, output) -> None:
+    """Keeps every argument but A (the activations, whose dtype is all the backward needs): tensors through
+    save_for_backward, the rest (shapes, blocksize, quant_type, absent optionals) as they are."""
+    ctx.a_dtype = inputs[0].dtype
+    ctx.tensor_at = [i for i, t in enumerate(inputs) if i > 0 and isinstance(t, torch.Tensor)]
+    ctx.others = [None if isinstance(t, torch.Tensor) else t for t in inputs]
+    ctx.save_for_backward(*[inputs[i] for i in ctx.tensor_at])
+
+
+def _weight_args(ctx) -> list:
+    args = list(ctx.others)
+    for i, t in zip(ctx.tensor_at, ctx.saved_tensors):
+        args[i] = t
+    return args
+
+
+def _gemv_4bit_backward(ctx, grad):
+    """d(A @ W.T)/dA = grad @ W; W is not differentiable (its codes are integers)."""
+    _, B, shapeB, absmax, code, blocksize = _weight_args(ctx)
+    grad_A = None
+    if ctx.needs_input_grad[0]:
+        from .reference.blockwise4 import dequantize_with_code  # the op takes a codebook, not a quant_type
+        W = dequantize_with_code(B, absmax, code, blocksize, shapeB, torch.float32)
+        grad_A = (grad.float() @ W).to(ctx.a_dtype)
+    return grad_A, None, None, None, None, None
+
+
+def _gemm_4bit_backward(ctx, grad):
+    _, B, shapeB, absmax, blocksize, quant_type, bias, absmax_8bit, absmax_code, absmax_offset = _weight_args(ctx)
+    grad_A = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        if absmax_8bit is not None:  # nested: absmax holds the 8-bit codes' scales, as the op's schema says
+            absmax = torch.ops.bnb.dequantize_blockwise(absmax_8bit, absmax, absmax_code, 256, torch.float32) \
+                + absmax_offset
+        W = torch.ops.bnb.dequantize_4bit(B, absmax, blocksize, quant_type, shapeB, ctx.a_dtype)
+        grad_A = grad @ W
+    if bias is not None and ctx.needs_input_grad[6]:
+        grad_bias = grad.reshape(-1, grad.shape[-1]).sum(0).to(bias.dtype)
+    return grad_A, None, None, None, None, None, grad_bias, None, None, None
+
+
+_registered = False
+
+
+def register() -> None:
+    """Gives gemv_4bit and gemm_4bit gradients in A (and bias), once: without them, backward through the op left
+    A.grad None with only a warning. Every backend's kernel shares these formulas."""
+    global _registered
+    if _registered:
+        return
+    torch.library.register_autograd("bnb::gemv_4bit", _gemv_4bit_backward, setup_context=_save_weight_args)
+    torch.library.register_autograd("bnb::gemm_4bit", _gemm_4bit_backward, setup_context=_save_weight_args)
+    _registered = True

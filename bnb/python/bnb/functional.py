@@ -99,12 +99,26 @@ def dequantize_blockwise(
     return torch.ops.bnb.dequantize_blockwise(A, absmax, code, quant_state.blocksize, quant_state.dtype)
 
 
+# Codebooks get_4bit_type offers beside the two the kernels quantize to, in bitsandbytes' order: symmetric int4,
+# and AbnormalFloat4 for blocksize 64 as published (Yoshida, arXiv:2306.06965), largest first.
+_INT4 = [7, 6, 5, 4, 3, 2, 1, 0, -0.0, -1, -2, -3, -4, -5, -6, -7]
+_AF4_BS64 = [1.0, 0.72424863, 0.55496234, 0.42563882, 0.31675666, 0.21961274, 0.12934483, 0.04273164, 0.0,
+             -0.04934812, -0.14982478, -0.25607552, -0.3736951, -0.51243739, -0.69441008, -1.0]
+
+
 def get_4bit_type(typename: str, device=None, blocksize: int = 64) -> torch.Tensor:
-    """The 16 code values of "nf4" or "fp4" (bitsandbytes', FP4 normalized to [-1, 1]) as float32."""
+    """The 16 code values of "nf4" or "fp4" (bitsandbytes', FP4 normalized to [-1, 1]), or of "int4" and "af4"
+    (blocksize 64 only), as float32 in [-1, 1]. quantize_4bit takes nf4 and fp4; the others are codebooks only."""
     from .reference.blockwise4 import code4
-    if typename not in ("nf4", "fp4"):
-        raise NotImplementedError(f"Typename {typename} not supported (bnb has nf4 and fp4)")
-    return code4(typename, device)
+    if typename in ("nf4", "fp4"):
+        return code4(typename, device)
+    if typename == "int4":
+        return torch.tensor(_INT4, dtype=torch.float32, device=device) / 7
+    if typename == "af4":
+        if blocksize != 64:
+            raise NotImplementedError(f"4-bit AbnormalFloats are published for blocksize 64 only, got {blocksize}")
+        return torch.tensor(_AF4_BS64, dtype=torch.float32, device=device)
+    raise NotImplementedError(f"Typename {typename} not supported (bnb has nf4, fp4, int4 and af4)")
 
 
 def _check_4bit(blocksize: int, quant_type: str, dtype: torch.dtype, what: str) -> None:
@@ -130,6 +144,8 @@ def quantize_4bit(
     (blocksize 256, minus their mean). Returns (packed, QuantState)."""
     blocksize = 64 if blocksize is None else blocksize
     _check_4bit(blocksize, quant_type, A.dtype, "4-bit quantization")
+    if out is not None or absmax is not None:
+        _check_4bit_outputs(A, out, absmax, blocksize, quant_type, quant_storage, compress_statistics)
     packed, _absmax = torch.ops.bnb.quantize_4bit(A, blocksize, quant_type, quant_storage)
     code = get_4bit_type(quant_type, device=A.device)
     if compress_statistics:
@@ -145,6 +161,22 @@ def quantize_4bit(
     if absmax is not None:
         state.absmax = absmax.copy_(state.absmax)
     return packed, state
+
+
+def _check_4bit_outputs(A, out, absmax, blocksize, quant_type, quant_storage, compress_statistics) -> None:
+    """Checks quantize_4bit's out= and absmax= before anything of the user's is written: the results are copied
+    into them, and a copy would broadcast a wrong shape or convert a wrong dtype silently. The op's Meta kernel
+    checks A and sizes both by the op's own rule."""
+    want_packed, want_absmax = torch.ops.bnb.quantize_4bit(torch.empty_like(A, device="meta"), blocksize,
+                                                           quant_type, quant_storage)
+    # With compress_statistics, absmax receives the 8-bit codes of the absmax values (as in bitsandbytes).
+    absmax_dtype = torch.uint8 if compress_statistics else torch.float32
+    for name, given, dtype, shape in (("out", out, quant_storage, want_packed.shape),
+                                      ("absmax", absmax, absmax_dtype, want_absmax.shape)):
+        if given is not None and (given.dtype != dtype or given.shape != shape):
+            raise ValueError(f"quantize_4bit: {name} must be {dtype} of shape {tuple(shape)} for A of shape "
+                             f"{tuple(A.shape)} (blocksize {blocksize}, compress_statistics={compress_statistics}), "
+                             f"got {given.dtype} of shape {tuple(given.shape)}")
 
 
 def _absmax_of(state: QuantState) -> torch.Tensor:

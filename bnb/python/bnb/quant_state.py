@@ -97,7 +97,8 @@ class QuantState:
 
     def as_dict(self, packed: bool = False) -> dict[str, Any]:
         """Tensors and plain values for a state dict. packed=True (4-bit states) folds the non-tensor values into
-        one uint8 tensor under "quant_state.bitsandbytes__<quant_type>", so safetensors can hold them."""
+        one uint8 tensor under "quant_state.bitsandbytes__<quant_type>", so safetensors can hold them; an 8-bit
+        state has no quant_type to name that key and, as in bitsandbytes 0.50, returns the plain dict."""
         qs_dict: dict[str, Any] = {
             "quant_type": self.quant_type,
             "absmax": self.absmax,
@@ -114,11 +115,8 @@ class QuantState:
                 "nested_dtype": _dtype_name(self.state2.dtype),
                 "nested_offset": self.offset.item(),
             })
-        if not packed:
+        if not packed or self.quant_type is None:
             return qs_dict
-        if self.quant_type is None:
-            raise ValueError("QuantState.as_dict: packed=True is for 4-bit states (its key names the quant_type); "
-                             "this is an 8-bit state, whose as_dict() is already plain tensors and values")
         out = {k: v for k, v in qs_dict.items() if isinstance(v, torch.Tensor)}
         plain = {k: v for k, v in qs_dict.items() if not isinstance(v, torch.Tensor)}
         out["quant_state.bitsandbytes__" + self.quant_type] = pack_dict_to_tensor(plain)
