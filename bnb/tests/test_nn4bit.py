@@ -331,6 +331,14 @@ def test_integer_input_is_an_error_and_settles_nothing():
     assert layer.compute_dtype == torch.bfloat16
 
 
+def test_input_of_the_wrong_width_is_an_error_even_where_it_fits_a_transposed_weight():
+    layer = bnb.nn.LinearNF4(64, 32).to("cpu")
+    for shape in ((3, 32), (1, 32), (2, 65)):  # 32 = out_features: matmul_4bit alone would take it as [K, N]
+        with pytest.raises(RuntimeError, match=rf"input has {shape[-1]} features \(shape \[{shape[0]}, "
+                                               rf"{shape[1]}\]\), the layer takes 64"):
+            layer(torch.randn(*shape))
+
+
 def test_float64_input_works_for_one_row_as_for_several():
     layer = bnb.nn.LinearNF4(64, 32, compute_dtype=torch.float64).to("cpu")
     W = F.dequantize_4bit(layer.weight, layer.quant_state).double()

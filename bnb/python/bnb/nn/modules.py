@@ -291,6 +291,11 @@ class Linear4bit(_Quantized4bitModule, nn.Linear):
         if not x.is_floating_point():  # as nn.Linear; before the first call settles compute_dtype
             raise RuntimeError(f"{type(self).__name__}: input must be a floating-point tensor, got "
                                f"{str(x.dtype).removeprefix('torch.')}")
+        if x.shape[-1] != self.in_features:
+            # Checked here: matmul_4bit would take an input of out_features columns as one for a [K, N] weight
+            # (bitsandbytes' deprecated form) and answer with only a DeprecationWarning.
+            raise RuntimeError(f"{type(self).__name__}: input has {x.shape[-1]} features (shape {list(x.shape)}), "
+                               f"the layer takes {self.in_features}")
         if not self.compute_type_is_set:
             self.set_compute_type(x)
             self.compute_type_is_set = True
