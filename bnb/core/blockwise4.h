@@ -3,9 +3,10 @@
 // Each block of `blocksize` consecutive elements is scaled by its absolute maximum exactly as the 8-bit kernels
 // scale it (blockwise8.h: same absmax, same ScaleToUnit, same special-value policy), and every scaled value
 // becomes the 4-bit code of its nearest entry of a 16-value codebook. Codes are packed bitsandbytes' way: byte k
-// holds element 2k in its high nibble and element 2k+1 in its low nibble; an odd element count leaves the last
-// low nibble 0. A buffer of n elements packs into PackedSize4(n) = (n + 1) / 2 bytes, and since blocksizes are
-// even, block b owns bytes [b * blocksize / 2, ...): blocks split across threads never share a byte.
+// holds element 2k in its high nibble and element 2k+1 in its low nibble; an odd element count fills the last
+// low nibble with the code of 0.0 (PadCode4), as bitsandbytes' CUDA kernel quantizes the missing element as 0.
+// A buffer of n elements packs into PackedSize4(n) = (n + 1) / 2 bytes, and since blocksizes are even, block b
+// owns bytes [b * blocksize / 2, ...): blocks split across threads never share a byte.
 //
 // Vectorized (Highway, the best instruction set allowed by cpu_isa.h) and scalar versions give identical bytes,
 // absmax and outputs.
@@ -59,6 +60,14 @@ inline int SortedPosition4(const Codebook4& cb, float v) {
 
 // The code of an already scaled value. The scalar definition the vector kernels match.
 inline uint8_t NearestCode4(const Codebook4& cb, float v) { return cb.sorted_to_code[SortedPosition4(cb, v)]; }
+
+// The last low nibble of an odd element count: the code of 0.0 (NF4 7, FP4 0).
+inline uint8_t PadCode4(Quant4 q) { return NearestCode4(GetCodebook4(q), 0.0f); }
+
+// Sets that nibble when the range ends the buffer and n is odd; the quantizers call it after packing with 0 there.
+inline void PadOddEnd4(Quant4 q, const Blockwise8Range& r, uint8_t* packed) {
+  if ((r.n & 1) != 0 && r.block_end * r.blocksize >= r.n) packed[r.n >> 1] |= PadCode4(q);
+}
 
 // Bytes holding n packed 4-bit codes.
 inline int64_t PackedSize4(int64_t n) { return (n + 1) / 2; }

@@ -84,7 +84,7 @@ HWY_ALIGN constexpr uint8_t kIdentity4[kCodebook4Size] = {0, 1, 2, 3, 4, 5, 6, 7
 
 // Sorted positions p[0, len) as codes (through the 16 bytes at to_code, or as they are when it is null) packed two
 // per byte into dst, bitsandbytes' way. In a 16-bit lane the even element is the low byte (little-endian) and goes
-// to the high nibble; an odd len leaves the last low nibble 0.
+// to the high nibble; an odd len leaves the last low nibble 0 (for PadOddEnd4).
 HWY_INLINE void PackCodes4(const uint8_t* p, int64_t len, const uint8_t* to_code, uint8_t* dst) {
   const D8 d8;
   const D16 d16;
@@ -345,6 +345,7 @@ HWY_EXPORT(Dequantize4);
 void QuantizeBlockwise4(DType dtype, const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packed,
                         float* absmax) {
   HWY_DYNAMIC_DISPATCH(Quantize4)(dtype, x, q, r, packed, absmax);
+  PadOddEnd4(q, r, packed);
 }
 
 void DequantizeBlockwise4(DType dtype, const uint8_t* packed, const float* absmax, const float* code16,

@@ -88,7 +88,7 @@ void QuantizeBlockwise4Scalar(DType dtype, const void* x, Quant4 q, const Blockw
     absmax[b] = amax;
     for (int64_t i = lo; i < hi; ++i) {
       const uint8_t code = NearestCode4(cb, ScaleToUnit(LoadAsFloat(dtype, x, i), amax));
-      // lo is even, so an element with an even index starts its byte; the odd-n pad nibble stays 0.
+      // lo is even, so an element with an even index starts its byte; PadOddEnd4 fills an odd n's last nibble.
       if ((i & 1) == 0) {
         packed[i >> 1] = static_cast<uint8_t>(code << 4);
       } else {
@@ -96,6 +96,7 @@ void QuantizeBlockwise4Scalar(DType dtype, const void* x, Quant4 q, const Blockw
       }
     }
   }
+  PadOddEnd4(q, r, packed);
 }
 
 void DequantizeBlockwise4Scalar(DType dtype, const uint8_t* packed, const float* absmax, const float* code16,

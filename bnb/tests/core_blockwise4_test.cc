@@ -110,7 +110,7 @@ TEST(Blockwise4, HandComputedNF4HighNibbleFirstOddPadded) {
   // -0.2 lies between the 4|5 midpoint -0.2346 and the 5|6 midpoint -0.1379 -> 5 (-0.1848).
   const Quantized r = Quantize({1.0f, -1.0f, 0.0f, 0.5f, -0.2f}, 32, Quant4::kNF4);
   EXPECT_EQ(r.absmax, std::vector<float>{1.0f});
-  EXPECT_EQ(r.packed, (std::vector<uint8_t>{0xF0, 0x7C, 0x50}));
+  EXPECT_EQ(r.packed, (std::vector<uint8_t>{0xF0, 0x7C, 0x57}));  // the pad nibble: 0.0's code, 7
   std::vector<float> out(5);
   DequantizeBlockwise4(DType::kFloat32, r.packed.data(), r.absmax.data(), Code4(Quant4::kNF4).data(),
                        {5, 32, 0, 1}, out.data());
@@ -130,7 +130,8 @@ TEST(Blockwise4, HandComputedFP4) {
 }
 
 TEST(Blockwise4, TwoBlocksEachWithItsAbsmax) {
-  // n = 33, blocksize 32: the second block is the single element 32, alone in the high nibble of byte 16.
+  // n = 33, blocksize 32: the second block is the single element 32, in the high nibble of byte 16 beside the
+  // pad nibble (0.0's code, 7).
   std::vector<float> x(33, 0.0f);
   x[0] = 2.0f;    // block 0: absmax 2, element 0 -> 1 (NF4 15), element 1 -> 0 (7)
   x[32] = -5.0f;  // block 1: absmax 5, -1 -> 0
@@ -139,7 +140,19 @@ TEST(Blockwise4, TwoBlocksEachWithItsAbsmax) {
   ASSERT_EQ(r.packed.size(), 17u);
   EXPECT_EQ(r.packed[0], 0xF7);
   for (int k = 1; k < 16; ++k) EXPECT_EQ(r.packed[k], 0x77) << k;
-  EXPECT_EQ(r.packed[16], 0x00);
+  EXPECT_EQ(r.packed[16], 0x07);
+  // A range that does not end the buffer leaves byte 16 alone; the one that does pads it.
+  std::vector<uint8_t> parts(17, 0xEE);
+  std::vector<float> am(2);
+  QuantizeBlockwise4(DType::kFloat32, x.data(), Quant4::kNF4, {33, 32, 0, 1}, parts.data(), am.data());
+  EXPECT_EQ(parts[16], 0xEE);
+  QuantizeBlockwise4(DType::kFloat32, x.data(), Quant4::kNF4, {33, 32, 1, 2}, parts.data(), am.data());
+  EXPECT_EQ(parts, r.packed);
+  std::vector<uint8_t> scalar(17, 0xEE);
+  QuantizeBlockwise4Scalar(DType::kFloat32, x.data(), Quant4::kNF4, {33, 32, 1, 2}, scalar.data(), am.data());
+  EXPECT_EQ(scalar[16], 0x07);
+  EXPECT_EQ(PadCode4(Quant4::kNF4), 7);
+  EXPECT_EQ(PadCode4(Quant4::kFP4), 0);
 }
 
 TEST(Blockwise4, TiesGoToTheLowerValueAndZeroToCodeZero) {

@@ -60,10 +60,14 @@ def test_quant_storage_packing(storage):
 
 
 def test_packing_by_hand():
-    # NF4 codes: -1 -> 0, 1 -> 15, 0 -> 7; an odd count pads the last low nibble with 0.
+    # NF4 codes: -1 -> 0, 1 -> 15, 0 -> 7; an odd count pads the last low nibble with the code of 0.0, as
+    # bitsandbytes' CUDA kernel does (NF4 7, FP4 0).
     A = torch.tensor([-1.0, 1.0, 0.0, 1.0, -1.0])
     packed, absmax = torch.ops.bnb.quantize_4bit(A, 32, "nf4", torch.uint8)
-    assert packed.reshape(-1).tolist() == [0x0F, 0x7F, 0x00]
+    assert packed.reshape(-1).tolist() == [0x0F, 0x7F, 0x07]
+    assert ref.quantize_4bit(A, 32, "nf4", torch.uint8)[0].reshape(-1).tolist() == [0x0F, 0x7F, 0x07]
+    packed, _ = torch.ops.bnb.quantize_4bit(torch.tensor([1.0, -1.0, 0.5]), 32, "fp4", torch.uint8)
+    assert packed.reshape(-1).tolist() == [0x3B, 0x50]
     assert absmax.tolist() == [1.0]
     # FP4: 0.5 is code 5 (6/12); -0.25 is code 15 (-3/12); a value between two entries goes to the nearer.
     packed, _ = torch.ops.bnb.quantize_4bit(torch.tensor([0.5, -0.25, 1.0, 0.26]), 32, "fp4", torch.uint8)

@@ -3,7 +3,8 @@
 // float32 summation order (it sums in its own order, like the vectorized CPU kernel).
 //
 // Packing (bitsandbytes'): byte k holds element 2k in its high nibble and element 2k + 1 in its low nibble; an odd
-// element count leaves the last low nibble 0. Blocksizes are even, so quant block b owns bytes [b * BLOCKSIZE / 2, ..).
+// element count fills the last low nibble with the code of 0.0 (bnb::core::PadCode4), as bitsandbytes' kernel
+// does. Blocksizes are even, so quant block b owns bytes [b * BLOCKSIZE / 2, ..).
 //
 // quantize_blockwise4 / dequantize_blockwise4 share blockwise8.cuh's layout: each thread owns PER consecutive
 // elements of one quant block (PER = the larger of BLOCKSIZE / THREADS and two 16-byte vectors, so a thread has 32
@@ -216,7 +217,7 @@ __global__ void __launch_bounds__(THREADS)
     } else {
       // Misaligned buffers, the partial last block, and blocks whose absmax needs the exact division (rare: 0,
       // inf, NaN, or beyond 2^+-60); x is read again, element by element. start is even, so each pair fills one
-      // byte, and an odd n leaves the last low nibble 0.
+      // byte, and an odd n's last low nibble takes the code of 0.0.
       const auto code_any = [&](float v) -> unsigned {
         if (fast) return cb4::LookupCode(s_key, ScaleFast(v, amax, y));
         // bnb::core::ScaleToUnit, then the code; NaN (x / NaN) takes the lowest value's code, as the midpoint
@@ -227,7 +228,8 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll 1
       for (int k = 0; k < PER && start + k < n; k += 2) {
         const unsigned hi = code_any(Elem<T>::load(x + start + k));
-        const unsigned lo = start + k + 1 < n ? code_any(Elem<T>::load(x + start + k + 1)) : 0u;
+        const unsigned lo =
+            start + k + 1 < n ? code_any(Elem<T>::load(x + start + k + 1)) : cb4::LookupCode(s_key, 0.0f);
         packed[(start + k) / 2] = (unsigned char)((hi << 4) | lo);
       }
     }

@@ -42,8 +42,10 @@ def quantize_4bit(A: torch.Tensor, blocksize: int, quant_type: str,
     n = A.numel()
     nbytes = _packed_bytes(n, quant_storage)
     v, absmax = scale_blocks(A, blocksize)
-    codes = nearest_code(v, code4(quant_type, A.device))
-    codes = torch.nn.functional.pad(codes, (0, 2 * nbytes - n))
+    code = code4(quant_type, A.device)
+    codes = nearest_code(v, code)
+    # An odd count's last low nibble: the code of 0.0, as bitsandbytes' CUDA kernel quantizes the missing element.
+    codes = torch.cat([codes, nearest_code(torch.zeros(2 * nbytes - n, device=A.device), code)])
     packed = (codes[0::2] << 4) | codes[1::2]
     return packed.view(quant_storage).view(-1, 1), absmax
 
