@@ -96,6 +96,7 @@ void QuantizeBlockwiseOut(const at::Tensor& A, const at::Tensor& code, int64_t b
   const bnb::core::DType dtype = CheckQuantizeArgs(op, A, code, blocksize);
   CheckOut(op, out, A.sym_sizes(), "A's shape", at::kByte, A);
   CheckAbsmax(op, absmax, A, blocksize);
+  CheckWritable(op, "absmax", absmax);
   if constexpr (!kIsMeta) {
     // Each would be written through a temporary (FillOut) and the later copy clobber the other. Strided views
     // (TooHard to decide) count as sharing when they are views of one storage.

@@ -60,11 +60,15 @@ void CheckNumel(const char* op, const char* arg, const at::Tensor& t, const c10:
               t.sym_numel(), " (shape ", t.sym_sizes(), ")");
 }
 
+void CheckWritable(const char* op, const char* arg, const at::Tensor& t) {
+  // As torch's own out= ops: the write could not be differentiated, and would change a leaf autograd tracks.
+  TORCH_CHECK(!(t.requires_grad() && c10::GradMode::is_enabled()), "bnb::", op, ": ", arg, " requires grad; out= ",
+              "arguments do not support automatic differentiation (use torch.no_grad() or a tensor without grad)");
+}
+
 void CheckOut(const char* op, const at::Tensor& out, c10::SymIntArrayRef want, const char* what,
               c10::ScalarType dtype, const at::Tensor& A) {
-  // As torch's own out= ops: the write could not be differentiated, and would change a leaf autograd tracks.
-  TORCH_CHECK(!(out.requires_grad() && c10::GradMode::is_enabled()), "bnb::", op, ": out requires grad; out= ",
-              "arguments do not support automatic differentiation (use torch.no_grad() or a tensor without grad)");
+  CheckWritable(op, "out", out);
   TORCH_CHECK(out.sym_sizes() == want, "bnb::", op, ": out must have ", what, " ", want, ", got ", out.sym_sizes());
   CheckDType(op, "out", out, dtype);
   CheckSameDevice(op, "out", out, A);

@@ -35,8 +35,12 @@ inline c10::SymInt NumBlocks(const c10::SymInt& n, int64_t blocksize) { return (
 // Sizes are SymInts so that Meta kernels work under torch.compile's dynamic shapes (a check becomes a guard).
 void CheckNumel(const char* op, const char* arg, const at::Tensor& t, const c10::SymInt& want, const char* why);
 
-// The out= argument of an .out overload: sizes `want` (named `what` in the error, e.g. "A's shape"), dtype `dtype`,
-// on A's device.
+// A tensor an op writes in place (out=, quantize_blockwise.out's absmax): refused when it requires grad while grad
+// mode is on, as torch's own out= ops refuse it.
+void CheckWritable(const char* op, const char* arg, const at::Tensor& t);
+
+// The out= argument of an .out overload: writable, sizes `want` (named `what` in the error, e.g. "A's shape"),
+// dtype `dtype`, on A's device.
 void CheckOut(const char* op, const at::Tensor& out, c10::SymIntArrayRef want, const char* what,
               c10::ScalarType dtype, const at::Tensor& A);
 

@@ -293,6 +293,10 @@ def test_quantize_4bit_checks_out_and_absmax_before_writing():
         with pytest.raises(ValueError, match=message):
             F.quantize_4bit(A, out=out, absmax=absmax, compress_statistics=nested)
         assert not out.any() and not absmax.any()  # neither the wrong buffer nor the right one was written
+    out, absmax = torch.zeros(320, 1, dtype=u8), torch.zeros(10, requires_grad=True)
+    with pytest.raises(RuntimeError, match="absmax requires grad"):
+        F.quantize_4bit(A, out=out, absmax=absmax)
+    assert not out.any() and not absmax.detach().any()
     for nested in (False, True):
         out = torch.zeros(320, 1, dtype=u8)
         absmax = torch.zeros(10, dtype=u8 if nested else f32)

@@ -106,6 +106,10 @@ def test_absmax_only_and_out_arguments():
     _, state4 = F.quantize_blockwise(A, absmax=nested_absmax, nested=True)
     assert state4.absmax is nested_absmax
     assert_same_bits(nested_absmax, F.quantize_blockwise(A, nested=True)[1].absmax)
+    q, state = F.quantize_blockwise(torch.randn(300), blocksize=64)
+    with pytest.raises(ValueError, match=r"absmax holds 5 values, but A's 300 in blocks of 4096 need 1; pass the "
+                                         r"blocksize A was quantized with"):
+        F.dequantize_blockwise(q, absmax=state.absmax)
     with pytest.raises(ValueError, match="requires either quant_state or absmax"):
         F.dequantize_blockwise(q)
 

@@ -40,6 +40,19 @@ def test_compile_fullgraph(device):
     assert_same_bits(compiled(x), roundtrip(x))
 
 
+def test_compile_fullgraph_of_the_functional_api_as_a_process_first_uses_it():
+    # A fresh process: the default code (code=None) must not first be made inside the traced function.
+    import subprocess
+    import sys
+    code = ("import torch, bnb.functional as F\n"
+            "f = lambda x: F.dequantize_blockwise(*F.quantize_blockwise(x, blocksize=256)) * 2\n"
+            "x = torch.randn(4096)\n"
+            "got = torch.compile(f, fullgraph=True)(x)\n"
+            "assert torch.equal(got, f(x)), 'compiled and eager differ'\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
 def test_meta_shapes():
     A = torch.empty(7, 1000, device="meta", dtype=torch.bfloat16)
     q, absmax = torch.ops.bnb.quantize_blockwise(A, CODE.to("meta"), 256)
@@ -126,12 +139,22 @@ def test_out_that_requires_grad_is_refused_as_torch_does():
     with torch.no_grad():  # as torch allows: nothing is recorded
         torch.ops.bnb.dequantize_blockwise.out(q, absmax, CODE, 64, torch.float32, out=leaf)
     assert_same_bits(leaf.detach(), torch.ops.bnb.dequantize_blockwise(q, absmax, CODE, 64, torch.float32))
+    # quantize_blockwise.out writes absmax in place too, and F.quantize_blockwise(absmax=) through it.
+    leaf_absmax = torch.zeros(16, requires_grad=True)
+    with pytest.raises(RuntimeError, match="absmax requires grad; out= arguments do not support"):
+        torch.ops.bnb.quantize_blockwise.out(A32, CODE, 64, torch.zeros(1000, dtype=torch.uint8), leaf_absmax)
+    with pytest.raises(RuntimeError, match="absmax requires grad"):
+        F.quantize_blockwise(A32, blocksize=64, absmax=leaf_absmax)
+    assert not leaf_absmax.detach().any()
 
 
-def test_reference_rejects_what_the_kernel_rejects():
-    with pytest.raises(ValueError, match="blocksize must be a power of two"):
+def test_reference_rejects_what_the_kernel_rejects_with_the_same_exception():
+    # RuntimeError on every device: code that catches the CPU kernel's error catches another backend's.
+    with pytest.raises(RuntimeError, match="blocksize must be a power of two"):
         ref.quantize_blockwise(A32, CODE, 100)
-    with pytest.raises(ValueError, match="absmax must hold 16 values"):
+    with pytest.raises(RuntimeError, match="blocksize must be a power of two"):
+        torch.ops.bnb.quantize_blockwise(A32, CODE, 100)
+    with pytest.raises(RuntimeError, match="absmax must hold 16 values"):
         ref.dequantize_blockwise(torch.zeros(1000, dtype=torch.uint8), torch.ones(3), CODE, 64, torch.float32)
 
 

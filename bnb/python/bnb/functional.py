@@ -18,17 +18,19 @@ __all__ = [
 _BLOCKSIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
-# Codebooks by name, created on first use ("dynamic": the signed dynamic map).
-name2qmap: dict[str, torch.Tensor] = {}
-
-
 def create_dynamic_map(signed: bool = True, max_exponent_bits: int = 7, total_bits: int = 8) -> torch.Tensor:
     """The dynamic quantization map (arXiv:1511.04561): 256 sorted float32 values, equal to bitsandbytes'."""
     return torch.tensor(_C.create_dynamic_map(signed, max_exponent_bits, total_bits), dtype=torch.float32)
 
 
+# Codebooks by name ("dynamic": the signed dynamic map, the default code). Made at import (256 values, microseconds)
+# rather than on first use: torch.compile cannot trace the C++ call that makes it, so a compiled function that was
+# the first to use the default code failed under fullgraph=True.
+name2qmap: dict[str, torch.Tensor] = {"dynamic": create_dynamic_map()}
+
+
 def _dynamic_map(device: torch.device) -> torch.Tensor:
-    if "dynamic" not in name2qmap:
+    if "dynamic" not in name2qmap:  # removed by the user: made again (eagerly)
         name2qmap["dynamic"] = create_dynamic_map()
     return name2qmap["dynamic"].to(device)
 
@@ -87,6 +89,10 @@ def dequantize_blockwise(
         raise ValueError("dequantize_blockwise requires either quant_state or absmax")
     if quant_state is None:
         code = _dynamic_map(A.device) if code is None else code
+        blocks = -(-A.numel() // blocksize) if blocksize > 0 else None
+        if blocks is not None and absmax.numel() != blocks:  # most often a blocksize left at its default
+            raise ValueError(f"dequantize_blockwise: absmax holds {absmax.numel()} values, but A's {A.numel()} in "
+                             f"blocks of {blocksize} need {blocks}; pass the blocksize A was quantized with")
         quant_state = QuantState(absmax=absmax, code=code, blocksize=blocksize, dtype=torch.float32)
     absmax = quant_state.absmax
     if quant_state.nested:
@@ -177,6 +183,9 @@ def _check_4bit_outputs(A, out, absmax, blocksize, quant_type, quant_storage, co
             raise ValueError(f"quantize_4bit: {name} must be {dtype} of shape {tuple(shape)} for A of shape "
                              f"{tuple(A.shape)} (blocksize {blocksize}, compress_statistics={compress_statistics}), "
                              f"got {given.dtype} of shape {tuple(given.shape)}")
+        if given is not None and given.requires_grad and torch.is_grad_enabled():  # as the 8-bit op refuses it
+            raise RuntimeError(f"quantize_4bit: {name} requires grad; out= arguments do not support automatic "
+                               "differentiation (use torch.no_grad() or a tensor without grad)")
 
 
 def _absmax_of(state: QuantState) -> torch.Tensor:

@@ -51,7 +51,8 @@ class QuantState:
 
     @classmethod
     def from_dict(cls, qs_dict: dict[str, Any], device: torch.device) -> "QuantState":
-        """Rebuilds a state from as_dict()'s output (packed or not), keys possibly prefixed ("weight.absmax")."""
+        """Rebuilds a state from as_dict()'s output, packed or not. A packed dict's keys may carry a prefix
+        ("weight.absmax", as a state dict holds them); an unpacked one's are as_dict() gives them (as bitsandbytes')."""
         qs_dict = dict(qs_dict)
         qs_key = [k for k, v in qs_dict.items() if "quant_state" in k and isinstance(v, torch.Tensor)]
         if "quant_type" not in qs_dict:

@@ -11,8 +11,9 @@ _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _check(cond: bool, msg: str) -> None:
+    # RuntimeError, as the C++ kernels' TORCH_CHECK raises: an op fails the same way on every device.
     if not cond:
-        raise ValueError(msg)
+        raise RuntimeError(msg)
 
 
 def _check_blocksize(op: str, blocksize: int) -> None:
