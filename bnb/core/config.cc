@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -59,6 +61,30 @@ absl::Status UnknownKey(absl::string_view name) {
   return absl::NotFoundError(absl::StrCat("unknown config key '", name, "' (python -m bnb config lists every key)"));
 }
 
+// A config file's text, refused when a line is longer than any bnb config needs: toml++ nests a table per part of
+// a dotted key without limit, and some 40,000 parts on one line overflowed the stack (a crash, not an error).
+// 4096 bytes hold any knob's line (a path is at most PATH_MAX) and at most 2048 parts, which toml++ handles.
+absl::StatusOr<std::string> ReadConfigText(const std::string& path) {
+  constexpr size_t kMaxLine = 4096;
+  std::ifstream in(path, std::ios::binary);
+  std::string s;
+  if (in) s.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (!in.is_open() || in.bad()) {
+    return absl::InvalidArgumentError(absl::StrCat("config file ", path, " cannot be read: ", std::strerror(errno)));
+  }
+  size_t line = 1, start = 0;
+  while (start <= s.size()) {
+    const size_t end = std::min(s.find('\n', start), s.size());
+    if (end - start > kMaxLine) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", line, ": a line of ", end - start,
+                                                     " bytes; a bnb config's lines are at most ", kMaxLine));
+    }
+    start = end + 1;
+    ++line;
+  }
+  return s;
+}
+
 }  // namespace
 
 std::string XdgBnbDir(const char* var, const char* home_default) {
@@ -68,9 +94,11 @@ std::string XdgBnbDir(const char* var, const char* home_default) {
 }
 
 absl::Status ParseConfigFile(const std::string& path, absl::flat_hash_map<std::string, ConfigEntry>* out) {
+  absl::StatusOr<std::string> text = ReadConfigText(path);
+  if (!text.ok()) return text.status();
   toml::table root;
   try {
-    root = toml::parse_file(path);
+    root = toml::parse(*text, path);
   } catch (const toml::parse_error& e) {
     return absl::InvalidArgumentError(absl::StrCat(Where(path, e.source()), ": ", std::string(e.description())));
   }

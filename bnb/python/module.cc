@@ -93,7 +93,7 @@ PYBIND11_MODULE(_C, m) {
       d["name"] = std::string(e.spec->name);
       d["value"] = ToPython(e.value);
       d["default"] = ToPython(e.spec->default_value);
-      d["source"] = e.source;
+      d["source"] = FsStr(e.source);  // a file's path need not be UTF-8
       d["env"] = bnb::core::KnobEnvName(e.spec->name);
       d["doc"] = std::string(e.spec->doc);
       d["shapes_code"] = e.spec->shapes_code;

@@ -44,6 +44,19 @@ TEST(ConfigFile, ErrorsNameFileLineAndKey) {
   ExpectError("[cache]\nenabled = 1\n", "cache.enabled: expected a boolean, got 1");
 }
 
+// 40,000 dotted parts on one line crashed the process (toml++ nests a table per part); long lines are errors now,
+// and the longest allowed line parses (here as an unknown key, 2048 parts deep).
+TEST(ConfigFile, ALongLineIsAnErrorNotACrash) {
+  std::string header = "[a";
+  for (int i = 0; i < 40000; ++i) header += ".a";
+  ExpectError(header + "]\n", "parse.toml:1: a line of 80003 bytes; a bnb config's lines are at most 4096");
+  ExpectError("[cpu]\nthreads = 1\n" + header.substr(1) + " = 1\n", "parse.toml:3: a line of 80005 bytes");
+  std::string deep = "a";
+  while (deep.size() + 6 <= 4096) deep += ".a";
+  ExpectError("[cpu]\n" + deep + " = 1\n", "unknown key 'cpu.a'");
+  EXPECT_TRUE(Parse("").ok());  // an empty file is a valid one
+}
+
 TEST(ConfigFile, ParsesValuesAndRecordsTheLine) {
   absl::flat_hash_map<std::string, ConfigEntry> out;
   const std::string path = WriteFile("ok.toml", "# comment\n[cpu]\nthreads = 3\n[cache]\nenabled = false\ndir = \"/x\"\n");

@@ -185,3 +185,51 @@ def test_cli_notes_bnb_variables_that_name_no_knob(clean_env):
     assert run.returncode == 0
     assert "note: BNB_CPU_THRAEDS is set but is no bnb knob's variable" in run.stderr
 
+
+
+def test_overrides_that_close_out_of_order_leave_nothing_behind(clean_env):
+    a, b = bnb.config.override(cpu__threads=1), bnb.config.override(cpu__threads=2, cpu__grain_elements=4096)
+    a.__enter__()
+    b.__enter__()
+    assert bnb.config.get("cpu.threads") == 2
+    a.__exit__(None, None, None)  # the older block closes first (another thread's, or an asyncio task's)
+    assert bnb.config.get("cpu.threads") == 2 and bnb.config.get("cpu.grain_elements") == 4096
+    b.__exit__(None, None, None)
+    assert bnb.config.get("cpu.threads") == 0 and bnb.config.source("cpu.threads") == "default"
+    assert bnb.config.source("cpu.grain_elements") == "default"
+    bnb.config.set("cpu.threads", 5)
+    with bnb.config.override(cpu__threads=6):
+        with pytest.raises(ValueError, match="grain_elements"):
+            with bnb.config.override(cpu__threads=7, cpu__grain_elements=5):  # the bad value undoes threads=7
+                pass
+        assert bnb.config.get("cpu.threads") == 6
+    assert bnb.config.get("cpu.threads") == 5 and bnb.config.source("cpu.threads") == "bnb.config.set"
+
+
+def test_set_takes_numpy_scalars_tensors_and_paths(clean_env):
+    import pathlib
+
+    import numpy as np
+    import torch
+    bnb.config.set("cpu.threads", np.int64(3))
+    assert bnb.config.get("cpu.threads") == 3
+    bnb.config.set("cpu.threads", torch.tensor(2))
+    assert bnb.config.get("cpu.threads") == 2
+    bnb.config.set("cpu.huge_pages", np.bool_(False))
+    assert bnb.config.get("cpu.huge_pages") is False
+    bnb.config.set("cache.dir", pathlib.Path(clean_env / "kernels"))
+    assert bnb.config.get("cache.dir") == str(clean_env / "kernels")
+    with pytest.raises(TypeError, match=r"cpu\.threads: values are int, bool or str, got 2\.5"):
+        bnb.config.set("cpu.threads", np.float64(2.5))
+
+
+def test_a_config_file_whose_path_is_not_utf8_is_listed(clean_env, monkeypatch):
+    d = os.fsencode(str(clean_env)) + b"/x\xff"
+    os.makedirs(d + b"/bnb")
+    with open(d + b"/bnb/config.toml", "w") as f:
+        f.write("[cpu]\nthreads = 2\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", os.fsdecode(d))
+    bnb.config.reload()
+    row = next(e for e in bnb.config.effective() if e["name"] == "cpu.threads")
+    assert row["value"] == 2 and row["source"] == os.fsdecode(d + b"/bnb/config.toml") + ":2"
+    assert "cpu.threads" in bnb.config.format_table()

@@ -8,6 +8,8 @@ Every knob is declared once, in C++ (bnb/core/knobs.cc); `python -m bnb config` 
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 from typing import Any, Iterator
 
 from . import _C
@@ -24,8 +26,20 @@ def source(name: str) -> str:
 
 
 def set(name: str, value: Any) -> None:  # noqa: A001  (mirrors the config vocabulary)
-    """Sets `name` for this process, above every other layer. ValueError names a wrong type or range."""
-    _C.config_set(name, value)
+    """Sets `name` for this process, above every other layer. Takes int, bool and str, and what stands for one:
+    numpy scalars and 0-d tensors (their item()), paths (os.PathLike). ValueError names a value of the wrong type
+    for the knob or out of its range; TypeError one that is none of those kinds (a float, None)."""
+    _C.config_set(name, _plain(value))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        return value.item()
+    return value
 
 
 def unset(name: str) -> None:
@@ -48,25 +62,59 @@ def effective() -> list[dict[str, Any]]:
     return _C.config_effective()
 
 
+# The knobs of override() blocks still open, process-wide: each knob's values newest last, with the block that set
+# each, and what it was before the first of them (value, whether set() gave it).
+_override_lock = threading.Lock()
+_overrides: dict[str, list[tuple[object, Any]]] = {}
+_beneath: dict[str, tuple[Any, bool]] = {}
+
+
 @contextlib.contextmanager
 def override(**knobs: Any) -> Iterator[None]:
-    """Sets knobs for the duration of a with-block: override(cpu__threads=1) sets "cpu.threads"."""
+    """Sets knobs for the duration of a with-block: override(cpu__threads=1) sets "cpu.threads". The setting is
+    process-wide, as set()'s (the kernels read one configuration). Blocks may overlap in any order, across threads
+    too: a knob holds the value of its newest open block, and when the last one closes, what it had before the
+    first (a set() of that knob inside a block is undone then)."""
     names = {k.replace("__", "."): v for k, v in knobs.items()}
-    before = {n: (get(n), source(n) == "bnb.config.set") for n in names}
+    token = object()
+    with _override_lock:
+        pushed = []
+        try:
+            for n, v in names.items():
+                beneath = None if n in _overrides else (get(n), source(n) == "bnb.config.set")
+                set(n, v)  # checks the value: a bad one leaves this block's earlier knobs undone below
+                if beneath is not None:
+                    _beneath[n], _overrides[n] = beneath, []
+                _overrides[n].append((token, v))
+                pushed.append(n)
+        except BaseException:
+            _close(token, pushed)
+            raise
     try:
-        for n, v in names.items():
-            set(n, v)
         yield
     finally:
-        for n, (value, was_set) in before.items():
-            set(n, value) if was_set else unset(n)
+        with _override_lock:
+            _close(token, pushed)
+
+
+def _close(token: object, names: list[str]) -> None:
+    """Drops block `token`'s values of `names`: each knob takes its newest remaining block's value, or the one it
+    had before them all."""
+    for n in names:
+        stack = _overrides[n]
+        stack[:] = [entry for entry in stack if entry[0] is not token]
+        if stack:
+            set(n, stack[-1][1])
+            continue
+        del _overrides[n]
+        value, was_set = _beneath.pop(n)
+        set(n, value) if was_set else unset(n)
 
 
 def unknown_env_vars() -> list[str]:
     """BNB_* environment variables that name no knob (and are not BNB_CONFIG): a misspelt one is otherwise silently
     ignored. Other software may use the prefix too (bitsandbytes reads BNB_CUDA_VERSION), so these are notes, not
     errors."""
-    import os
     # BNB_CONFIG names a file; BNB_PYTHON and BNB_BASE_PYTHON pick the interpreters of the build and of set-up.
     known = {e["env"] for e in effective()} | {"BNB_CONFIG", "BNB_PYTHON", "BNB_BASE_PYTHON"}
     return sorted(k for k in os.environ if k.startswith("BNB_") and k not in known)
