@@ -86,6 +86,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("config_unset", [](const std::string& name) { Raise(Config::Global().Unset(name)); });
   m.def("config_reset", [] { Config::Global().ResetRuntime(); });
   m.def("config_reload", [] { Raise(Config::Global().Reload()); });
+  m.def("knob_env_names", [] {
+    std::vector<std::string> out;
+    for (const auto& spec : bnb::core::AllKnobs()) out.push_back(bnb::core::KnobEnvName(spec.name));
+    return out;
+  }, "Every knob's BNB_<SECTION>_<KEY> variable; reads no configuration.");
   m.def("config_effective", [] {
     py::list out;
     for (const auto& e : Unwrap(Config::Global().Effective())) {

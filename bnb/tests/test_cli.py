@@ -82,7 +82,17 @@ def test_config_values_are_toml_that_a_file_takes_back(tmp_path, monkeypatch):
         bnb.config.reload()
 
 
-def test_unknown_env_notes_skip_the_build_variables(tmp_path):
-    run = run_bnb(tmp_path, "config", BNB_PYTHON="/usr/bin/python3", BNB_BASE_PYTHON="python3", BNB_CPU_THRED="2")
+def test_a_misspelt_knob_variable_is_warned_of_at_import_and_others_are_not(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BNB_")}
+    env.update(BNB_PYTHON="/usr/bin/python3", BNB_BASE_PYTHON="python3", BNB_CUDA_VERSION="124", BNB_CPU_THRED="2")
+    run = subprocess.run([sys.executable, "-c", "import bnb"], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert run.returncode == 0
-    assert "BNB_CPU_THRED" in run.stderr and "BNB_PYTHON" not in run.stderr and "BNB_BASE_PYTHON" not in run.stderr
+    assert run.stderr.count("BNB_CPU_THRED is set but is no bnb knob's variable, so it is ignored") == 1, run.stderr
+    for meant in ("BNB_PYTHON", "BNB_BASE_PYTHON", "BNB_CUDA_VERSION"):
+        assert meant not in run.stderr
+    # Read without the configuration: a broken config file does not hide the misspelling, nor fail the import.
+    (tmp_path / "bnb.toml").write_text("[cpu]\nthreads = 'x'\n")
+    run = subprocess.run([sys.executable, "-c", "import bnb"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert run.returncode == 0 and "BNB_CPU_THRED" in run.stderr, run.stderr
+    config = run_bnb(tmp_path, "config", BNB_CPU_THRED="2")
+    assert config.returncode == 2 and "BNB_CPU_THRED" in config.stderr and "bnb.toml:2" in config.stderr

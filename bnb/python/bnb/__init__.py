@@ -17,6 +17,7 @@ from ._version import __version__  # generated from version.bzl
 
 _reference.register()
 _autograd.register()
+config._warn_unknown_env_vars()
 jit._locate_nvrtc()
 
 __all__ = ["config", "functional", "jit", "matmul_4bit", "nn", "QuantState", "__version__"]

@@ -28,10 +28,7 @@ def main(argv=None) -> int:
         return run_cache(args)
     if args.command == "config":
         from . import config
-        print(config.format_table())
-        for name in config.unknown_env_vars():
-            print(f"note: {name} is set but is no bnb knob's variable (a knob's is BNB_<SECTION>_<KEY>, as "
-                  f"BNB_CPU_THREADS for cpu.threads)", file=sys.stderr)
+        print(config.format_table())  # a misspelt BNB_* variable was warned of at import
         return 0
     return 2
 

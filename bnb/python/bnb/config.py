@@ -111,13 +111,25 @@ def _close(token: object, names: list[str]) -> None:
         set(n, value) if was_set else unset(n)
 
 
+# BNB_* variables that are no knob's and are meant: BNB_CONFIG names a file; BNB_PYTHON and BNB_BASE_PYTHON pick
+# the interpreters of the build and of set-up; bitsandbytes reads BNB_CUDA_VERSION.
+_OTHER_VARS = frozenset({"BNB_CONFIG", "BNB_PYTHON", "BNB_BASE_PYTHON", "BNB_CUDA_VERSION"})
+
+
 def unknown_env_vars() -> list[str]:
-    """BNB_* environment variables that name no knob (and are not BNB_CONFIG): a misspelt one is otherwise silently
-    ignored. Other software may use the prefix too (bitsandbytes reads BNB_CUDA_VERSION), so these are notes, not
-    errors."""
-    # BNB_CONFIG names a file; BNB_PYTHON and BNB_BASE_PYTHON pick the interpreters of the build and of set-up.
-    known = {e["env"] for e in effective()} | {"BNB_CONFIG", "BNB_PYTHON", "BNB_BASE_PYTHON"}
+    """BNB_* environment variables that name no knob: a misspelt one (BNB_CPU_THRED) would otherwise be silently
+    ignored. Reads no configuration, so a broken config file does not hide them."""
+    known = frozenset(_C.knob_env_names()) | _OTHER_VARS  # (set is this module's set())
     return sorted(k for k in os.environ if k.startswith("BNB_") and k not in known)
+
+
+def _warn_unknown_env_vars() -> None:
+    """One warning per misspelt variable, at import: a knob set by the environment is set before any code runs."""
+    import warnings
+    for name in unknown_env_vars():
+        warnings.warn(f"bnb: {name} is set but is no bnb knob's variable, so it is ignored (a knob's is "
+                      f"BNB_<SECTION>_<KEY>, as BNB_CPU_THREADS for cpu.threads; python -m bnb config lists them)",
+                      stacklevel=3)
 
 
 def toml_value(value: Any) -> str:
