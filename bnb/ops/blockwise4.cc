@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "absl/strings/str_cat.h"
 #include "bnb/core/blockwise4.h"
 #include "bnb/core/blockwise8.h"
 #include "bnb/core/codebook.h"
@@ -36,7 +37,7 @@ c10::SymInt ShapeNumel(const char* op, at::IntArrayRef shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
     TORCH_CHECK(d >= 0, "bnb::", op, ": shape ", shape, " has a negative dimension");
-    n *= d;
+    TORCH_CHECK(!__builtin_mul_overflow(n, d, &n), "bnb::", op, ": shape ", shape, " has more than 2^63 elements");
   }
   TORCH_CHECK(n > 0, "bnb::", op, ": shape ", shape, " is empty; there is nothing to dequantize");
   return n;
@@ -295,11 +296,14 @@ at::Tensor Gemm4bit(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef sh
     TORCH_CHECK(absmax_offset->sym_numel() == 1, "bnb::", op, ": absmax_offset must be one value, got shape ",
                 absmax_offset->sym_sizes());
   } else {
+    TORCH_CHECK(!absmax_code.has_value() && !absmax_offset.has_value(), "bnb::", op, ": absmax_code and ",
+                "absmax_offset describe nested statistics and go with absmax_8bit, which is missing");
     CheckNumel(op, "absmax", absmax, NumBlocks(n, blocksize), "one per block of B");
   }
   if (bias.has_value()) {
     TORCH_CHECK(bias->dim() == 1 && bias->sym_numel() == shapeB[0], "bnb::", op, ": bias must be a vector of ",
                 shapeB[0], " values, got shape ", bias->sym_sizes());
+    CheckDType(op, "bias", *bias, A.scalar_type());  // as F.linear: no silent conversion
   }
   if constexpr (kIsMeta) {
     return at::empty_symint(RowsTimesN(A, shapeB[0]), A.options());
@@ -318,7 +322,9 @@ at::Tensor Gemm4bit(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef sh
                                     scales.data_ptr(), m, 256, CurrentCudaStream(A), CudaThreadsPerBlock(op)));
       } else {
         auto cb = bnb::core::PrepareCodebookCached(code8.data_ptr<float>(), code8.numel());
-        ThrowIfError(op, cb.status());
+        if (!cb.ok()) {
+          ThrowIfError(op, absl::InvalidArgumentError(absl::StrCat("absmax_code: ", cb.status().message())));
+        }
         bnb::core::DequantizeBlockwise8(bnb::core::DType::kFloat32, codes8.data_ptr<uint8_t>(),
                                         nested.data_ptr<float>(), **cb, {m, 256, 0, NumBlocks(m, 256).expect_int()},
                                         scales.data_ptr());
@@ -327,7 +333,7 @@ at::Tensor Gemm4bit(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef sh
     }
     at::Tensor W = at::empty(shapeB, A.options());
     Dequantize4Into(op, B, scales, q, blocksize, dtype, W);
-    return at::linear(A, W, bias.has_value() ? c10::optional<at::Tensor>(bias->to(A.scalar_type())) : c10::nullopt);
+    return at::linear(A, W, bias);
   }
 }
 

@@ -324,3 +324,50 @@ def test_matmul_4bit_needs_a_2d_state_shape():
     packed, state = F.quantize_4bit(torch.randn(4, 8, 16), quant_type="nf4")
     with pytest.raises(ValueError, match=r"quant_state.shape must be 2D \[N, K\], got \[4, 8, 16\]"):
         bnb.matmul_4bit(torch.randn(2, 16), packed, state)
+
+
+def test_compiled_gemv_4bit_gradient_equals_eager_with_a_partial_last_block():
+    # 3 x 33 = 99 values: the last of two blocks is partial. Inductor once miscompiled the reference dequantize the
+    # backward uses (repeat_interleave(...)[:n]), giving gradients off by 1e20.
+    packed, state = F.quantize_4bit(torch.randn(3, 33), blocksize=64, quant_type="nf4")
+
+    def loss(a):
+        return torch.ops.bnb.gemv_4bit(a, packed, [3, 33], state.absmax, state.code, 64).sum()
+
+    a = torch.randn(1, 33, requires_grad=True)
+    want, = torch.autograd.grad(loss(a), a)
+    got, = torch.autograd.grad(torch.compile(loss, fullgraph=True)(a), a)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(want, torch.ones(1, 3) @ F.dequantize_4bit(packed, state))
+
+
+def test_quantize_and_dequantize_outputs_do_not_require_grad():
+    W = torch.randn(8, 64, requires_grad=True)
+    packed, absmax = torch.ops.bnb.quantize_4bit(W, 64, "nf4", torch.uint8)
+    q8, absmax8 = torch.ops.bnb.quantize_blockwise(W, F.create_dynamic_map(), 64)
+    assert not absmax.requires_grad and not absmax8.requires_grad
+    am = absmax.clone().requires_grad_()
+    assert not torch.ops.bnb.dequantize_4bit(packed, am, 64, "nf4", [8, 64], torch.float32).requires_grad
+    assert not torch.ops.bnb.dequantize_blockwise(q8, absmax8.clone().requires_grad_(), F.create_dynamic_map(), 64,
+                                                  torch.float32).requires_grad
+    # opcheck's autograd checks pass with grad-requiring inputs (they failed in aot_dispatch before).
+    opcheck(torch.ops.bnb.quantize_4bit.default, (W, 64, "nf4", torch.uint8))
+    opcheck(torch.ops.bnb.dequantize_4bit.default, (packed, am, 64, "nf4", [8, 64], torch.float32))
+
+
+def test_gemm_4bit_argument_errors():
+    packed, state = F.quantize_4bit(torch.randn(64, 96), blocksize=32, quant_type="nf4", compress_statistics=True)
+    A = torch.randn(3, 96)
+    nested = (state.state2.absmax, 32, "nf4")
+    for fn in (torch.ops.bnb.gemm_4bit, ref.gemm_4bit):
+        with pytest.raises(RuntimeError, match="bias must be (torch.)?float32, got (torch.)?int64"):
+            fn(A, packed, [64, 96], *nested, torch.arange(64), state.absmax, state.state2.code, state.offset)
+        with pytest.raises(RuntimeError, match="absmax_code and absmax_offset describe nested statistics and go "
+                                               "with absmax_8bit, which is missing"):
+            fn(A, packed, [64, 96], torch.ones(192), 32, "nf4", None, None, state.state2.code, state.offset)
+    bad_code = state.state2.code.clone()
+    bad_code[0] = float("nan")
+    with pytest.raises(RuntimeError, match="absmax_code: .*nan"):
+        torch.ops.bnb.gemm_4bit(A, packed, [64, 96], *nested, None, state.absmax, bad_code, state.offset)
+    with pytest.raises(RuntimeError, match=r"has more than 2\^63 elements"):
+        torch.ops.bnb.dequantize_4bit(P, AM, 64, "nf4", [2**32, 2**32], torch.float32)

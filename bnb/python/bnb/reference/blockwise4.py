@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from .blockwise8 import _FLOATS, _check, _check_blocksize, nearest_code, scale_blocks
+from .blockwise8 import _FLOATS, _check, _check_blocksize, nearest_code, scale_blocks, times_block_absmax
 
 # bitsandbytes' code values (get_4bit_type): NF4 as published, FP4 as 16 values divided by their maximum, 12.
 NF4 = [-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
@@ -69,8 +69,7 @@ def dequantize_with_code(A, absmax, code, blocksize, shape, dtype):
     _check(absmax.numel() == -(-n // blocksize),
            f"bnb::dequantize_4bit: absmax must hold {-(-n // blocksize)} values, got {absmax.numel()}")
     values = code.float()[unpack_codes(A, n)]
-    scale = absmax.float().reshape(-1).repeat_interleave(blocksize)[:n]
-    return (values * scale).to(dtype).reshape(shape)
+    return times_block_absmax(values, absmax, blocksize).to(dtype).reshape(shape)
 
 
 def dequantize_4bit_out(A, absmax, blocksize, quant_type, shape, dtype, out) -> None:
@@ -94,6 +93,11 @@ def gemv_4bit_out(A, B, shapeB, absmax, code, blocksize, out) -> None:
 
 def gemm_4bit(A, B, shapeB, absmax, blocksize, quant_type, bias=None, absmax_8bit=None, absmax_code=None,
               absmax_offset=None) -> torch.Tensor:
+    _check(absmax_8bit is not None or (absmax_code is None and absmax_offset is None),
+           "bnb::gemm_4bit: absmax_code and absmax_offset describe nested statistics and go with absmax_8bit, which "
+           "is missing")
+    _check(bias is None or bias.dtype == A.dtype, f"bnb::gemm_4bit: bias must be {A.dtype}, got "
+                                                  f"{None if bias is None else bias.dtype}")
     if absmax_8bit is not None:
         from .blockwise8 import dequantize_blockwise
         absmax = dequantize_blockwise(absmax_8bit, absmax, absmax_code, 256, torch.float32) + absmax_offset

@@ -62,6 +62,16 @@ def scale_blocks(A: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, torch.T
     return v.reshape(-1)[:n], absmax
 
 
+def times_block_absmax(values: torch.Tensor, absmax: torch.Tensor, blocksize: int) -> torch.Tensor:
+    """The n float32 `values` each times its block's absmax (one float32 rounding). Padded to whole blocks and
+    broadcast, not repeat_interleave'd: inductor miscompiled repeat_interleave(...)[:n] for a partial last block
+    (values off by 1e30 in a compiled backward)."""
+    n = values.numel()
+    blocks = absmax.numel()
+    padded = torch.nn.functional.pad(values.reshape(-1), (0, blocks * blocksize - n))
+    return (padded.view(blocks, blocksize) * absmax.float().reshape(blocks, 1)).reshape(-1)[:n]
+
+
 def quantize_blockwise(A: torch.Tensor, code: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, torch.Tensor]:
     _check(A.dtype in _FLOATS, f"bnb::quantize_blockwise: A must be float32, float16 or bfloat16, got {A.dtype}")
     _check_blocksize("quantize_blockwise", blocksize)
@@ -94,8 +104,7 @@ def dequantize_blockwise(A: torch.Tensor, absmax: torch.Tensor, code: torch.Tens
     _check(absmax.numel() == -(-n // blocksize),
            f"bnb::dequantize_blockwise: absmax must hold {-(-n // blocksize)} values, got {absmax.numel()}")
     values = code.float().to(A.device)[A.reshape(-1).long()]
-    scale = absmax.float().reshape(-1).repeat_interleave(blocksize)[:n]
-    return (values * scale).to(dtype).view(A.shape)
+    return times_block_absmax(values, absmax, blocksize).to(dtype).view(A.shape)
 
 
 def dequantize_blockwise_out(A: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor, blocksize: int,
