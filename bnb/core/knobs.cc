@@ -31,7 +31,8 @@ const std::vector<KnobSpec>& AllKnobs() {
                           "cuda.threads_per_block: expected 0 or a power of two in [32, 1024], got ", t));
        }},
       {"cuda.nvrtc_path", KnobType::kString, std::string(""), 0, 0,
-       "libnvrtc to open; empty searches libnvrtc.so.13/.so.12 on the library path, then $CUDA_HOME/lib64"},
+       "libnvrtc to open; empty tries the nvidia-cuda-nvrtc wheel's, libnvrtc.so.13/.so.12 on the library path, "
+       "then $CUDA_HOME/lib64. Read when NVRTC is first opened: a later change needs a new process"},
       {"cache.dir", KnobType::kString, std::string(""),  0, 0,
        "directory for compiled kernels (absolute); empty means $XDG_CACHE_HOME/bnb/kernels or ~/.cache/bnb/kernels",
        false,

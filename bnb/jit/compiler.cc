@@ -37,7 +37,8 @@ absl::StatusOr<std::vector<std::string>> NvrtcOptionsFor(const KernelSpec& spec,
 absl::StatusOr<std::string> NvrtcCompiler::Version() {
   absl::StatusOr<const Nvrtc*> nv = GetNvrtc();
   if (!nv.ok()) return nv.status();
-  return absl::StrCat("nvrtc ", (*nv)->major, ".", (*nv)->minor);
+  // Part of every kernel's key: the library's size tells patch releases of one major.minor apart.
+  return absl::StrCat("nvrtc ", (*nv)->major, ".", (*nv)->minor, " (", (*nv)->library_bytes, " bytes)");
 }
 
 absl::StatusOr<std::vector<std::string>> NvrtcCompiler::Options(const KernelSpec& spec) {

@@ -20,7 +20,7 @@ struct SourceFile {
 class Compiler {
  public:
   virtual ~Compiler() = default;
-  // Names the compiler and its major.minor version, e.g. "nvrtc 13.0"; part of every cache key.
+  // Names the compiler and its version, e.g. "nvrtc 13.0 (61234567 bytes)"; part of every cache key.
   virtual absl::StatusOr<std::string> Version() = 0;
   // The options Compile() will get for `spec` (each is part of the cache key). Fails when the spec's arch
   // cannot be targeted.

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -158,6 +159,7 @@ absl::StatusOr<Nvrtc> OpenNvrtc() {
     }
     if (!is_path) PreloadBuiltins(DirOf(n.path));
     n.nvrtcVersion(&n.major, &n.minor);
+    if (struct stat st; stat(n.path.c_str(), &st) == 0) n.library_bytes = static_cast<int64_t>(st.st_size);
     int count = 0;
     if (n.nvrtcGetNumSupportedArchs(&count) == 0 && count > 0) {
       n.supported_archs.resize(count);

@@ -59,6 +59,9 @@ struct CudaDriver {
 struct Nvrtc {
   std::string path;  // the library that was opened
   int major = 0, minor = 0;
+  // The size of the file at `path` (-1 when it cannot be read): nvrtcVersion gives only major.minor, and a patch
+  // release (13.0.48 -> 13.0.88) can change the code generated; its file size changes with it.
+  int64_t library_bytes = -1;
   std::vector<int> supported_archs;  // e.g. {75, 80, 86, ..., 90, 100, 120}, ascending
   nvrtcResult (*nvrtcVersion)(int* major, int* minor);
   nvrtcResult (*nvrtcGetNumSupportedArchs)(int* n);

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <thread>
 
@@ -31,8 +32,9 @@ namespace {
 //   [88, 120)  SHA-256 of the payload
 //   payload:   kind (1 byte: 1 CUBIN, 2 PTX), lowered-name length (4 bytes), lowered name, image
 constexpr char kMagic[8] = {'B', 'N', 'B', 'J', 'I', 'T', 'K', '\0'};
-constexpr int64_t kMaxFileSize = int64_t{1} << 30;
+constexpr int64_t kMaxFileSize = int64_t{64} << 20;  // kernels are KBs; a junk file is not read into memory
 constexpr char kTempMarker[] = ".tmp.";
+constexpr int64_t kTempInProgressSeconds = 600;  // Clear() leaves temp files younger than this
 
 void PutLE(std::string* s, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) s->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
@@ -240,8 +242,8 @@ std::optional<Binary> DiskCache::Load(const std::string& key) {
   return std::nullopt;
 }
 
-void DiskCache::Store(const std::string& key, const Binary& binary) {
-  if (dir().empty()) return;
+absl::Status DiskCache::Store(const std::string& key, const Binary& binary) {
+  if (dir().empty()) return absl::OkStatus();
   static std::atomic<uint64_t> counter{0};
   const std::string path = PathFor(key);
   const std::string temp =
@@ -249,8 +251,9 @@ void DiskCache::Store(const std::string& key, const Binary& binary) {
                    ".", counter.fetch_add(1));
   const std::string bytes = EncodeCacheFile(key, binary);
   const auto fail = [&](const std::string& what, int err) {
-    warner_.Warn("write", absl::StrCat("cannot write kernel cache file ", path, ": ", what, ": ", ErrnoText(err),
-                                       "; the kernel stays in memory only"));
+    const std::string why = absl::StrCat("cannot write kernel cache file ", path, ": ", what, ": ", ErrnoText(err));
+    warner_.Warn("write", absl::StrCat(why, "; the kernel stays in memory only"));
+    return absl::InternalError(why);
   };
   const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return fail(absl::StrCat("creating ", temp), errno);
@@ -287,6 +290,7 @@ void DiskCache::Store(const std::string& key, const Binary& binary) {
     fsync(dfd);
     close(dfd);
   }
+  return absl::OkStatus();
 }
 
 absl::Status DiskCache::Usable() {
@@ -317,7 +321,10 @@ absl::StatusOr<int> DiskCache::Clear() {
   absl::StatusOr<std::vector<CacheFileInfo>> files = List();
   if (!files.ok()) return files.status();
   int removed = 0;
+  const int64_t now = static_cast<int64_t>(time(nullptr));
   for (const CacheFileInfo& f : *files) {
+    // A recent temp file is most likely another process's store in progress, whose rename would then fail.
+    if (IsTempName(f.name) && now - f.mtime < kTempInProgressSeconds) continue;
     const std::string p = absl::StrCat(dir_, "/", f.name);
     if (unlink(p.c_str()) == 0) {
       ++removed;

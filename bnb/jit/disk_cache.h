@@ -11,7 +11,8 @@
 //   - Store() writes a temp file with a unique name (pid, thread, counter) in the cache directory itself, fsyncs
 //     and closes it, then renames it into place: readers never see half a file, and concurrent writers of the same
 //     key all succeed (the last rename wins; all wrote the same bytes).
-//   - No method fails the caller's operation: Load() misses and Store() warns.
+//   - No method fails the caller's operation: Load() misses and Store() warns (and says what failed, for a warm,
+//     which must fail when it leaves files unwritten).
 #pragma once
 
 #include <sys/types.h>
@@ -65,12 +66,14 @@ class DiskCache {
 
   // The binary stored for `key` (64 hex digits), or nullopt on a miss of any kind.
   std::optional<Binary> Load(const std::string& key);
-  // Stores the binary for `key`, replacing any file there. Best effort: failures warn once.
-  void Store(const std::string& key, const Binary& binary);
+  // Stores the binary for `key`, replacing any file there. Failures warn once and come back as the status; the
+  // disk cache off or unusable is OK (nothing to store into).
+  absl::Status Store(const std::string& key, const Binary& binary);
 
   // The cache files (and leftover temp files), sorted by name. Error when the cache is off or unusable.
   absl::StatusOr<std::vector<CacheFileInfo>> List();
-  // Removes every cache file and leftover temp file; returns how many. Error as for List().
+  // Removes every cache file and leftover temp file (those older than 10 minutes: a younger one is likely a store
+  // in progress); returns how many. Error as for List().
   absl::StatusOr<int> Clear();
 
   std::string PathFor(const std::string& key) const;

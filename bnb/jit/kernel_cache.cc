@@ -131,7 +131,7 @@ absl::StatusOr<std::shared_ptr<const Binary>> KernelCache::GetBinary(const Kerne
     stats_.compile_ms += ms;
   }
   if (!b.ok()) return b.status();
-  disk->Store(*key, *b);
+  disk->Store(*key, *b).IgnoreError();  // best effort: it warned, and the kernel still runs from memory
   entry->binary = std::make_shared<const Binary>(*std::move(b));
   return entry->binary;
 }
@@ -182,7 +182,11 @@ absl::Status KernelCache::Warm(const std::vector<KernelSpec>& specs, const std::
   // report success while leaving nothing to ship.
   if (absl::Status st = ParseArch(arch).status(); !st.ok()) return st;
   if (absl::Status st = DiskSettingsStatus(); !st.ok()) return st;
-  if (absl::Status st = Disk()->Usable(); !st.ok()) {
+  // One directory for the whole run, though cache.dir may change meanwhile; and every kernel must end up in it,
+  // also those this process already holds in memory (GetBinary then touches no disk: after a clear, or a change
+  // of cache.dir, a warm stored nothing and reported success).
+  const std::shared_ptr<DiskCache> disk = Disk();
+  if (absl::Status st = disk->Usable(); !st.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("cache warm: ", st.message()));
   }
   std::vector<std::string> failures;
@@ -192,12 +196,21 @@ absl::Status KernelCache::Warm(const std::vector<KernelSpec>& specs, const std::
     absl::StatusOr<std::shared_ptr<const Binary>> b = GetBinary(s);
     // A missing compiler (NVRTC) fails every spec alike: say it once.
     if (!b.ok() && absl::IsFailedPrecondition(b.status())) return b.status();
-    if (!b.ok()) failures.push_back(absl::StrCat(s.DebugString(), ": ", b.status().message()));
+    absl::Status stored = b.status();
+    if (stored.ok()) {
+      absl::StatusOr<std::string> key = Key(s);
+      stored = key.status();
+      if (key.ok() && !disk->Load(*key).has_value()) stored = disk->Store(*key, **b);
+    }
+    if (!stored.ok()) failures.push_back(absl::StrCat(s.DebugString(), ": ", stored.message()));
     if (progress) progress(i + 1, specs.size(), s);
   }
   if (failures.empty()) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("cache warm: ", failures.size(), " of ", specs.size(),
-                                          " kernels failed:\n", absl::StrJoin(failures, "\n")));
+  const size_t shown = std::min<size_t>(failures.size(), 8);  // a full disk fails them all alike
+  return absl::InternalError(absl::StrCat(
+      "cache warm: ", failures.size(), " of ", specs.size(), " kernels failed (cache ", disk->dir(), "):\n",
+      absl::StrJoin(failures.begin(), failures.begin() + shown, "\n"),
+      shown < failures.size() ? absl::StrCat("\n... and ", failures.size() - shown, " more") : ""));
 }
 
 Stats KernelCache::GetStats() {

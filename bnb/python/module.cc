@@ -148,9 +148,10 @@ PYBIND11_MODULE(_C, m) {
       py::gil_scoped_release release;
       st = bnb::jit::KernelCache::Global().Warm(specs, arch, [&](size_t done, size_t total,
                                                                  const bnb::jit::KernelSpec& spec) {
-        if (progress.is_none()) return;
         py::gil_scoped_acquire acquire;
-        progress(done, total, spec.NameExpression());
+        // Ctrl-C ends a warm between kernels, with or without a progress callback (which would raise it too).
+        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+        if (!progress.is_none()) progress(done, total, spec.NameExpression());
       });
     }
     Raise(st);

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -392,7 +393,12 @@ TEST_F(JitCacheTest, ClearRemovesOnlyCacheFiles) {
   auto cache = NewCache();
   ASSERT_TRUE(cache->GetBinary(Spec()).ok());
   const std::string key = *cache->Key(Spec());
-  WriteFile(dir_ + "/." + key + ".tmp.1.2.3", "left by a killed writer");  // Store's temporary: ours
+  const std::string killed = dir_ + "/." + key + ".tmp.1.2.3";
+  WriteFile(killed, "left by a killed writer");  // Store's temporary: ours
+  const struct timeval old_times[2] = {{1000000000, 0}, {1000000000, 0}};
+  ASSERT_EQ(utimes(killed.c_str(), old_times), 0);  // from 2001: not a store in progress
+  const std::string in_progress = dir_ + "/." + key + ".tmp.4.5.6";
+  WriteFile(in_progress, "being written");  // a store in progress: clear leaves it
   // A user's files that only look like ours, were cache.dir pointed at their directory.
   const std::vector<std::string> theirs = {"notes.bnbk", ".bashrc.tmp.orig", key.substr(1) + ".bnbk",
                                            key + ".bnbk.orig", "." + key + ".tmpx"};
@@ -400,12 +406,13 @@ TEST_F(JitCacheTest, ClearRemovesOnlyCacheFiles) {
   ASSERT_EQ(mkdir((dir_ + "/sub" + key + ".bnbk").c_str(), 0700), 0);
   auto files = cache->ListDisk();
   ASSERT_TRUE(files.ok()) << files.status();
-  EXPECT_EQ(files->size(), 2u);
+  EXPECT_EQ(files->size(), 3u);
   auto removed = cache->ClearDisk();
   ASSERT_TRUE(removed.ok()) << removed.status();
   EXPECT_EQ(*removed, 2);
   std::vector<std::string> left = theirs;
   left.push_back("sub" + key + ".bnbk");
+  left.push_back("." + key + ".tmp.4.5.6");
   std::sort(left.begin(), left.end());
   EXPECT_EQ(DirEntries(dir_), left);
 }
@@ -460,6 +467,27 @@ TEST_F(JitCacheTest, WarmCompilesForAnArchWithoutAGpu) {
   absl::Status off = NewCache(/*enabled=*/false)->Warm(specs, "sm_80");
   EXPECT_NE(off.message().find("disabled"), absl::string_view::npos) << off;
   EXPECT_EQ(fake_->calls, calls);
+}
+
+// A warm stores every kernel, also those the process holds in memory already (it used to take them from memory,
+// write nothing after a clear, and report success), and fails when a file cannot be written.
+TEST_F(JitCacheTest, WarmStoresWhatMemoryHoldsAndFailsWhereItCannotWrite) {
+  auto cache = NewCache();
+  std::vector<KernelSpec> specs = {Spec("64"), Spec("128"), Spec("256")};
+  ASSERT_TRUE(cache->Warm(specs, "sm_80").ok());
+  ASSERT_TRUE(cache->ClearDisk().ok());
+  ASSERT_EQ(cache->ListDisk()->size(), 0u);
+  ASSERT_TRUE(cache->Warm(specs, "sm_80").ok());
+  EXPECT_EQ(cache->ListDisk()->size(), 3u);
+  EXPECT_EQ(fake_->calls, 3);  // stored from memory, not compiled again
+  ASSERT_TRUE(cache->ClearDisk().ok());
+  KernelSpec blocked = specs[1];
+  blocked.arch = "sm_80";
+  ASSERT_EQ(mkdir(KeyPath(*cache, blocked).c_str(), 0700), 0);  // a directory where the file must go
+  absl::Status st = cache->Warm(specs, "sm_80");
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("1 of 3 kernels failed (cache " + dir_ + ")"), absl::string_view::npos) << st;
+  EXPECT_NE(st.message().find("cannot write kernel cache file"), absl::string_view::npos) << st;
 }
 
 TEST_F(JitCacheTest, FollowsConfigCacheDir) {

@@ -1,5 +1,7 @@
 // NVRTC compiles every kernel bnb instantiates, for sm_80 and sm_90 (NVRTC needs no GPU). Skipped, with the
 // reason, where libnvrtc cannot be opened. Prints the compile time per kernel.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -33,6 +35,18 @@ std::string SourceFor(const KernelSpec& s) { return "#include \"" + s.template_n
     absl::StatusOr<const Nvrtc*> nv = GetNvrtc();                    \
     if (!nv.ok()) GTEST_SKIP() << std::string(nv.status().message()); \
   } while (0)
+
+// The version in every cache key tells patch releases apart by the library's size, which nvrtcVersion cannot.
+TEST(Nvrtc, VersionNamesTheLibrarySize) {
+  SKIP_WITHOUT_NVRTC();
+  const Nvrtc& nv = **GetNvrtc();
+  struct stat st;
+  ASSERT_EQ(stat(nv.path.c_str(), &st), 0) << nv.path;
+  absl::StatusOr<std::string> v = NvrtcCompiler().Version();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, "nvrtc " + std::to_string(nv.major) + "." + std::to_string(nv.minor) + " (" +
+                    std::to_string(st.st_size) + " bytes)");
+}
 
 TEST(Nvrtc, EveryTemplateHasKernels) {
   std::set<std::string> with_specs;

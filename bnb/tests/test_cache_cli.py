@@ -18,17 +18,20 @@ def test_clear_removes_only_cache_files(tmp_path):
     d = tmp_path / "kernels"
     d.mkdir(mode=0o700)
     ours = [KEY + ".bnbk", "." + KEY + ".tmp.12.34.5"]
+    in_progress = "." + KEY + ".tmp.56.78.9"  # another process's store, just begun: clear leaves it
     theirs = ["notes.bnbk", ".bashrc.tmp.orig", KEY + ".bnbk.orig", "x" + KEY + ".bnbk"]
-    for name in ours + theirs:
+    for name in ours + theirs + [in_progress]:
         (d / name).write_text("x")
+    os.utime(d / ours[1], (1e9, 1e9))  # a temp file from 2001: left by a killed process
     (d / ("sub" + KEY + ".bnbk")).mkdir()
     listed = run_cache(tmp_path, "list")
     assert listed.returncode == 0, listed.stderr
-    assert ": 2 kernels" in listed.stdout and "notes.bnbk" not in listed.stdout
+    assert ": 1 kernels, 0.0 MB; 2 temp files of unfinished writes" in listed.stdout, listed.stdout
+    assert "notes.bnbk" not in listed.stdout
     cleared = run_cache(tmp_path, "clear")
     assert cleared.returncode == 0, cleared.stderr
     assert "removed 2 kernels" in cleared.stdout
-    assert sorted(p.name for p in d.iterdir()) == sorted(theirs + ["sub" + KEY + ".bnbk"])
+    assert sorted(p.name for p in d.iterdir()) == sorted(theirs + ["sub" + KEY + ".bnbk", in_progress])
 
 
 def test_warm_reports_a_bad_arch_once_and_warms_no_disabled_cache(tmp_path):

@@ -55,7 +55,10 @@ def run_cache(args) -> int:
     from . import jit
     if args.action == "list":
         files = jit.cache_list()
-        print(f"{jit.cache_dir()}: {len(files)} kernels, {sum(f[1] for f in files) / 1e6:.1f} MB")
+        kernels = [f for f in files if f[0].endswith(".bnbk")]
+        unfinished = len(files) - len(kernels)  # temp files: stores in progress, or left by a killed process
+        print(f"{jit.cache_dir()}: {len(kernels)} kernels, {sum(f[1] for f in kernels) / 1e6:.1f} MB"
+              + (f"; {unfinished} temp files of unfinished writes" if unfinished else ""))
         for name, size, _ in files:
             print(f"  {name}  {size} bytes")
     elif args.action == "clear":

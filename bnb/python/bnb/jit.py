@@ -38,6 +38,8 @@ def cache_warm(arch: str, progress: bool = True) -> int:
     """Compiles every kernel bnb has for `arch` ("sm_90") into the disk cache, with no GPU needed (NVRTC only),
     so that a later process, or a machine the cache directory is shipped to, compiles nothing."""
     def report(done: int, total: int, name: str) -> None:
+        if not sys.stderr.isatty():  # a log file gets no progress bar (and warnings are not glued onto one)
+            return
         width = 30
         filled = width * done // total
         sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name[:60]:<60}")
