@@ -240,6 +240,7 @@ absl::StatusOr<int> KernelCache::ClearDisk() {
   if (absl::Status st = DiskSettingsStatus(); !st.ok()) return st;
   return Disk()->Clear();
 }
+
 std::string KernelCache::DiskDir() { return Disk()->dir(); }
 
 Stats GetStats() { return KernelCache::Global().GetStats(); }
