@@ -3,6 +3,7 @@
 import copy
 import io
 import json
+import re
 import warnings
 
 import pytest
@@ -197,18 +198,25 @@ def test_copies_and_pickling():
         assert_same_bits(again(x), layer(x))
 
 
-@pytest.mark.parametrize("dim", [128, 96])  # a multiple of the blocksize (row lookups) and not (whole table)
+# A multiple of the blocksize (rows by bytes and blocks), not (element by element), and odd (rows start mid-byte).
+@pytest.mark.parametrize("dim", [128, 96, 33])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("cls", [bnb.nn.EmbeddingNF4, bnb.nn.EmbeddingFP4])
-def test_embedding4bit(cls, dim):
+def test_embedding4bit(cls, dtype, dim):
     torch.manual_seed(0)
     dense = torch.nn.Embedding(50, dim)
-    emb = cls(50, dim)
+    emb = cls(50, dim, dtype=dtype)
     emb.load_state_dict(dense.state_dict())
     emb = emb.to("cpu")
     idx = torch.tensor([[0, 7, 49], [3, 3, 1]])
-    table = F.dequantize_4bit(emb.weight, emb.weight.quant_state)
+    table = F.dequantize_4bit(emb.weight, emb.weight.quant_state).to(dtype)
     assert_same_bits(emb(idx), torch.nn.functional.embedding(idx, table))
-    assert (emb(idx) - dense(idx)).abs().mean() < 0.15
+    assert (emb(idx).float() - dense(idx)).abs().mean() < 0.15
+    torch._dynamo.reset()  # each case compiles forward afresh, not as one of a code object's few recompiles
+    assert_same_bits(torch.compile(emb, fullgraph=True)(idx), emb(idx))
+    for bad in (50, -1):  # as nn.Embedding: an index out of range is an error, not a read past the table
+        with pytest.raises(IndexError):
+            emb(torch.tensor([0, bad]))
 
 
 def test_assign_load_keeps_a_complete_state_dict():
@@ -386,6 +394,27 @@ def test_incomplete_quantized_state_dicts_report_their_missing_keys():
     sd = dict(src.state_dict(), **{"weight.quant_state.bitsandbytes__nf4": torch.tensor([0xFF], dtype=torch.uint8)})
     with pytest.raises(RuntimeError, match="while loading weight: its quant_state metadata is unreadable"):
         bnb.nn.LinearNF4(128, 64).load_state_dict(sd)
+
+
+@pytest.mark.parametrize("nested", [True, False])
+def test_truncated_checkpoints_are_refused_on_load_naming_the_key(nested):
+    # 128 x 64 = 8192 values: 4096 bytes, 128 blocks of 64, nested: one scale per 256 absmax codes.
+    src = bnb.nn.LinearNF4(128, 64, compress_statistics=nested).to("cpu")
+    cases = {"weight": 4096, "weight.absmax": 128, "weight.quant_map": 16}
+    if nested:
+        cases.update({"weight.nested_absmax": 1, "weight.nested_quant_map": 256})
+    for key, need in cases.items():
+        sd = src.state_dict()
+        sd[key] = torch.cat([sd[key], sd[key][:1]]) if need == 1 else sd[key][:need // 2]
+        got = sd[key].numel()
+        dst = bnb.nn.LinearNF4(128, 64, compress_statistics=nested)
+        with pytest.raises(RuntimeError, match=rf"size mismatch for {re.escape(key)}: holds {got} .*with blocksize "
+                                               rf"\d+ needs {need}"):
+            dst.load_state_dict(sd)
+        assert not dst.weight.bnb_quantized  # left as it was
+    stats = {k.removeprefix("weight."): v for k, v in src.state_dict().items() if k.startswith("weight.")}
+    with pytest.raises(ValueError, match="from_prequantized: data holds 100 packed codes"):
+        bnb.nn.Params4bit.from_prequantized(src.weight.data[:100], stats)
 
 
 def test_load_keeps_the_parameter_object_and_copies_the_checkpoint():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import torch
@@ -95,6 +96,24 @@ class QuantState:
         elif any(k.startswith("nested_") for k in unpack_tensor_to_dict(qs_dict[packed[0]])):
             missing += [k for k in ("nested_absmax", "nested_quant_map") if k not in qs_dict]
         return missing, unexpected
+
+    def size_problems_4bit(self, packed: torch.Tensor) -> list[tuple[str, str]]:
+        """Whether `packed` and this 4-bit state's tensors have the sizes its shape and blocksizes call for, as
+        (state-dict key suffix, "" for the packed codes themselves; what is wrong) pairs, empty when all fit: a
+        truncated checkpoint is then refused on load rather than failing, or running, at some later forward."""
+        n = math.prod(self.shape)
+        blocks = -(-n // self.blocksize)
+        want = [("", "packed codes (bytes)", packed.numel() * packed.element_size(), (n + 1) // 2),
+                ("quant_map", "code values", self.code.numel(), 16)]
+        if self.nested:
+            want += [("absmax", "8-bit absmax codes", self.absmax.numel(), blocks),
+                     ("nested_absmax", "absmax scales", self.state2.absmax.numel(),
+                      -(-blocks // self.state2.blocksize)),
+                     ("nested_quant_map", "code values", self.state2.code.numel(), 256)]
+        else:
+            want.append(("absmax", "absmax values", self.absmax.numel(), blocks))
+        return [(key, f"holds {got} {what}, the shape {list(self.shape)} with blocksize {self.blocksize} needs {need}")
+                for key, what, got, need in want if got != need]
 
     def as_dict(self, packed: bool = False) -> dict[str, Any]:
         """Tensors and plain values for a state dict. packed=True (4-bit states) folds the non-tensor values into

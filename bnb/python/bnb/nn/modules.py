@@ -75,6 +75,10 @@ class Params4bit(nn.Parameter):
                           device="cpu", module: Optional[nn.Module] = None, **kwargs) -> "Params4bit":
         """A quantized weight from its packed codes and the stats of a state dict (keys without "weight.")."""
         state = QuantState.from_dict(qs_dict=quantized_stats, device=device)
+        problems = state.size_problems_4bit(data)
+        if problems:
+            raise ValueError("Params4bit.from_prequantized: " + "; ".join(
+                f"{suffix or 'data'} {what}" for suffix, what in problems))
         return cls(requires_grad=requires_grad, module=module)._hold(data.to(device), state)
 
     def _quantize(self, device) -> "Params4bit":
@@ -251,6 +255,11 @@ class _Quantized4bitModule:
             error_msgs.append(f"size mismatch for {key}: the checkpoint holds a 4-bit weight of shape "
                               f"{tuple(state.shape)}, the current model's is {self._weight_shape()}")
             return
+        problems = state.size_problems_4bit(data)
+        for suffix, what in problems:  # a truncated checkpoint: refused here, not at some later forward
+            error_msgs.append(f"size mismatch for {key}{'.' + suffix if suffix else ''}: {what}")
+        if problems:
+            return
         if assign or not isinstance(old, Params4bit):
             self.weight = Params4bit(requires_grad=old.requires_grad, module=self)._hold(data, state)
         else:  # optimizers and hooks hold the Parameter object: it stays
@@ -321,8 +330,9 @@ class LinearNF4(Linear4bit):
 
 
 class Embedding4bit(_Quantized4bitModule, nn.Embedding):
-    """nn.Embedding with a 4-bit table. When embedding_dim is a multiple of the blocksize, a lookup dequantizes
-    only the rows it reads; otherwise it dequantizes the table."""
+    """nn.Embedding with a 4-bit table. A lookup dequantizes only the rows it reads: by bytes and blocks when
+    embedding_dim is a multiple of the blocksize, element by element otherwise (bitsandbytes dequantizes the whole
+    table then, and warns that it is slow)."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, dtype=None, quant_type: str = "fp4",
                  quant_storage=torch.uint8, device=None):
@@ -349,7 +359,16 @@ class Embedding4bit(_Quantized4bitModule, nn.Embedding):
             # In the state's dtype, then self.dtype, as the whole-table path (and bitsandbytes) rounds.
             return torch.ops.bnb.dequantize_4bit(rows.reshape(-1), absmax.reshape(-1), state.blocksize,
                                                  state.quant_type, [*input.shape, dim], state.dtype).to(self.dtype)
-        return nn.functional.embedding(input, F._dequantize_4bit(self.weight, state).to(self.dtype))
+        # Rows straddle blocks and may start mid-byte: each element's code and block by index. The row offsets
+        # come through embedding(), which checks the indices as the other path does.
+        starts = torch.arange(self.num_embeddings, device=input.device).unsqueeze(1) * dim
+        flat = nn.functional.embedding(input, starts) + torch.arange(dim, device=input.device)
+        byte = self.weight.data.view(torch.uint8).reshape(-1)[flat >> 1].long()
+        codes = torch.where((flat & 1) == 1, byte & 0xF, byte >> 4)
+        values = F.get_4bit_type(state.quant_type, device=input.device)[codes] * F._absmax_of(state)[
+            flat // state.blocksize]
+        # One float32 product rounded to the state's dtype, then self.dtype: the kernels' and the other path's bits.
+        return values.to(state.dtype).to(self.dtype)
 
 
 class EmbeddingFP4(Embedding4bit):
