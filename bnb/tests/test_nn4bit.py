@@ -91,9 +91,10 @@ def test_float16_input_with_float32_compute_warns_once(monkeypatch):
     _, layer = make_linear()
     layer = layer.to("cpu")
     x = torch.randn(4, 128, dtype=torch.float16)
-    with pytest.warns(UserWarning, match="float16, but bnb_4bit_compute_dtype=torch.float32.*training"):
+    with pytest.warns(UserWarning, match="float16, but bnb_4bit_compute_dtype=torch.float32.*training") as caught:
         with torch.no_grad():
             y = layer(x)
+    assert caught[0].filename == __file__  # the user's line, not bnb's or torch.nn's
     assert y.dtype == torch.float16 and layer.compute_dtype is None and layer.compute_type_is_set
     _, again = make_linear()
     again = again.to("cpu")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+import sys
 import warnings
 from typing import Any, Optional
 
@@ -194,7 +196,18 @@ def _warn_fp16_once(single_row: bool) -> None:
     _FP16_WARNED.add(single_row)
     slow = "slow inference." if single_row else "slow inference or training speed."
     warnings.warn("Input type into Linear4bit is torch.float16, but bnb_4bit_compute_dtype=torch.float32 (default). "
-                  f"This will lead to {slow}", stacklevel=3)
+                  f"This will lead to {slow}", stacklevel=_caller_outside_bnb_and_torch_nn())
+
+
+def _caller_outside_bnb_and_torch_nn() -> int:
+    """The stacklevel of the first frame, from the caller up, that is neither bnb's nor torch.nn's own: a warning
+    then points at the user's line (layer(x)), not at how many torch frames a call happens to pass through."""
+    skip = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # the bnb package
+            os.path.dirname(os.path.abspath(nn.modules.module.__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(skip):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class _Quantized4bitModule:
