@@ -3,6 +3,7 @@ should fail here, not on the day its figures are wanted."""
 
 import re
 
+import pytest
 import torch
 
 import bnb.config
@@ -52,6 +53,18 @@ def test_blockwise4_bench_prints_every_row(capsys):
 
 
 KNOBS = ("cpu.threads", "cpu.grain_elements")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the run without a GPU")
+def test_gpu_benchmarks_say_they_skip_without_a_gpu(capsys):
+    # tools/gpu/build.sh bench runs them after the CPU ones: without a GPU they must not fail the stage.
+    import gpu_blockwise4
+    import gpu_blockwise8
+    gpu_blockwise8.main()
+    gpu_blockwise4.main()
+    out = capsys.readouterr().out
+    assert "no CUDA device: the GPU 8-bit benchmark is skipped" in out
+    assert "no CUDA device: the GPU 4-bit benchmark is skipped" in out
 
 
 def test_thread_scaling_line_leaves_the_config_as_it_was():

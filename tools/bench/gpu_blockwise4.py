@@ -35,6 +35,9 @@ def eager_us(fn):
 def main():
     import bnb
     from bnb import functional as F
+    if not torch.cuda.is_available():
+        print("no CUDA device: the GPU 4-bit benchmark is skipped")
+        return
     try:
         import bitsandbytes  # noqa: F401
         have_bnb = True

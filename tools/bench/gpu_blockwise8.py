@@ -47,6 +47,9 @@ def jit_costs():
 
 def main():
     import bnb
+    if not torch.cuda.is_available():
+        print("no CUDA device: the GPU 8-bit benchmark is skipped")
+        return
     dev = torch.cuda.get_device_name()
     print(f"bnb {bnb.__version__}, torch {torch.__version__}, {dev}, {N // 2**20}M bf16 elements, "
           f"blocksize {BLOCKSIZE}")

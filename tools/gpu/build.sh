@@ -10,6 +10,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
+# Under the device tool, everything printed also goes to $OUT/gpu-build.log, which comes back whole (the reply
+# keeps only the output's last 12,000 characters, and the test summaries scroll out of them).
+if [[ -n ${OUT:-} && -d ${OUT:-} ]]; then
+  exec > >(tee -a "$OUT/gpu-build.log") 2>&1
+fi
 python=${PYTHON:-python3}
 [[ $python == */* ]] && python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"  # tests run elsewhere
 what=${1:-all}
@@ -39,6 +44,12 @@ export PYTHONPATH=$stage
 export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 $python -c "import bnb, torch; print('[gpu] bnb', bnb.__version__, 'from', bnb.__file__, '| cuda:',
                                    torch.cuda.is_available())"
+# The C++ tests find NVRTC through the loader and CUDA_HOME only (the Python package offers the wheel's copy to the
+# same code): give them the wheel's, which the Python tests use, or they skip every compile without failing.
+if [[ -z ${BNB_CUDA_NVRTC_PATH:-} ]]; then
+  BNB_CUDA_NVRTC_PATH=$($python -c "import bnb.jit; print(bnb.jit.wheel_nvrtc_path())")
+  [[ -n $BNB_CUDA_NVRTC_PATH ]] && export BNB_CUDA_NVRTC_PATH && echo "[gpu] NVRTC for the C++ tests: $BNB_CUDA_NVRTC_PATH"
+fi
 
 if [[ $what == gtest || $what == bench || $what == all ]]; then
   t0=$(date +%s)

@@ -50,15 +50,22 @@ def cache_warm(arch: str, progress: bool = True) -> int:
     return _C.cache_warm(arch, report if progress else None)
 
 
-def _locate_nvrtc() -> None:
-    """Offers the nvidia-cuda-nvrtc wheel's library (torch's CUDA builds depend on it) as the place to find NVRTC
-    when the cuda.nvrtc_path knob is empty, below every config layer (so it neither overrides a config file's path
-    nor shows up as one). A file-system look-up only: no library is opened."""
+def wheel_nvrtc_path() -> str:
+    """The nvidia-cuda-nvrtc wheel's libnvrtc (torch's CUDA builds depend on it), or "" when it is not installed.
+    A file-system look-up only: no library is opened."""
     import importlib.util
     spec = importlib.util.find_spec("nvidia")
     for root in (spec.submodule_search_locations or []) if spec else []:
         for cu, so in (("cu13", "libnvrtc.so.13"), ("cuda_nvrtc", "libnvrtc.so.12"), ("cu12", "libnvrtc.so.12")):
             path = os.path.join(root, cu, "lib", so)
             if os.path.exists(path):
-                _C.set_fallback_nvrtc_path(path)
-                return
+                return path
+    return ""
+
+
+def _locate_nvrtc() -> None:
+    """Offers wheel_nvrtc_path() as the place to find NVRTC when the cuda.nvrtc_path knob is empty, below every
+    config layer (so it neither overrides a config file's path nor shows up as one)."""
+    path = wheel_nvrtc_path()
+    if path:
+        _C.set_fallback_nvrtc_path(path)
