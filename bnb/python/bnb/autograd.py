@@ -56,8 +56,8 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
         raise ValueError(f"matmul_4bit: quant_state.shape must be 2D [N, K], got {list(quant_state.shape)}")
     N, K = quant_state.shape
     if A.shape[-1] == N and N != K:
-        return _matmul_kn(A, B, quant_state, out, bias)
-    if A.numel() == A.shape[-1] and A.dtype in _GEMV_DTYPES and not (torch.is_grad_enabled() and A.requires_grad):
+        result = _matmul_kn(A, B, quant_state, bias)
+    elif A.numel() == A.shape[-1] and A.dtype in _GEMV_DTYPES and not (torch.is_grad_enabled() and A.requires_grad):
         result = F.gemv_4bit(A, B, state=quant_state)
         if bias is not None:
             result = result + bias.to(result.dtype)
@@ -68,7 +68,7 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
     return result
 
 
-def _matmul_kn(A, B, quant_state, out, bias):
+def _matmul_kn(A, B, quant_state, bias):
     """A weight quantized as [K, N] (in_features first), which bitsandbytes 0.50 still multiplies, with a
     DeprecationWarning: W is dequantized and A @ W taken densely (square weights cannot be told apart, and are
     [N, K])."""
@@ -77,11 +77,8 @@ def _matmul_kn(A, B, quant_state, out, bias):
                       f"{list(quant_state.shape)}, A has {A.shape[-1]} columns). Quantize the weight in [N, K] "
                       "(out_features, in_features) orientation; bitsandbytes will make this an error.",
                       DeprecationWarning, stacklevel=3)
-    result = torch.nn.functional.linear(A, _weight(B, quant_state, A.dtype).t(),
-                                        None if bias is None else bias.to(A.dtype))
-    if out is not None:
-        return out.copy_(result)
-    return result
+    bias = None if bias is None else bias.to(A.dtype)
+    return torch.nn.functional.linear(A, _weight(B, quant_state, A.dtype).t(), bias)
 
 
 def _save_weight_args(ctx, inputs, output) -> None:
