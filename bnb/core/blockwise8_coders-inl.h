@@ -132,7 +132,7 @@ struct SegmentFinish {
   explicit SegmentFinish(const SegmentSearch& s)
       : zero_biased(hn::Set(DF(), kBias + static_cast<float>(s.zero))), margin_limit(hn::Set(DF(), 0.5f - s.margin)) {}
 
-  // m: the magnitude (nudged as SegmentSearch says); sign: the value's sign bit; nonzero: lanes above zero_limit,
+  // m: the magnitude; sign: the value's sign bit; nonzero: lanes above zero_limit,
   // or null when the caller flags the others.
   HWY_INLINE VI Codes(VF m, VI sign, VF scale, VF offset, VF last, const hn::Mask<DF>* nonzero,
                       hn::Mask<DF>* flagged) const {
@@ -149,14 +149,20 @@ struct SegmentFinish {
   }
 };
 
-// A lane's sign bit, and its magnitude's bits one ulp up for negative values (bits - (-1)): SegmentSearch's nudge,
-// which settles ties at segment limits as NearestCode does.
+// A lane's sign bit, its magnitude's bits, and whether it is negative. The limits are the positive splits, and a
+// negative magnitude exactly at one may belong on either side of it (SegmentSearch): Codes flag those lanes.
 struct SignAndMagnitude {
   VI sign, m_bits;
+  hn::Mask<DI> negative;
   explicit SignAndMagnitude(VF v) {
     const VI bits = hn::BitCast(DI(), v);
     sign = hn::And(bits, hn::Set(DI(), INT32_MIN));
-    m_bits = hn::Sub(hn::AndNot(sign, bits), hn::ShiftRight<31>(bits));
+    m_bits = hn::AndNot(sign, bits);
+    negative = hn::Lt(bits, hn::Zero(DI()));
+  }
+  // Negative lanes whose magnitude equals `limit_bits`.
+  HWY_INLINE hn::Mask<DF> NegativeAt(VI limit_bits) const {
+    return hn::RebindMask(DF(), hn::And(negative, hn::Eq(m_bits, limit_bits)));
   }
 };
 
@@ -188,17 +194,20 @@ struct SegmentCoder {
   HWY_INLINE VI Codes(VF v, hn::Mask<DF>* flagged) const {
     const DF df;
     const DI di;
-    const auto [sign, m_bits] = SignAndMagnitude(v);
-    const VF m = hn::BitCast(df, m_bits);
+    const SignAndMagnitude s(v);
+    const VF m = hn::BitCast(df, s.m_bits);
     // Byte lookup by the exponent's low four bits; the other three bytes of each lane read as 0 (high bit set).
-    const auto exponent = hn::Or(hn::ShiftRight<23>(m_bits), hn::Set(di, static_cast<int32_t>(0x80808000u)));
+    const auto exponent = hn::Or(hn::ShiftRight<23>(s.m_bits), hn::Set(di, static_cast<int32_t>(0x80808000u)));
     const VI bottom = hn::BitCast(di, hn::TableLookupBytesOr0(binade_segment, hn::BitCast(DB(), exponent)));
-    // A compare mask is all ones: subtracting it adds one. Integer compare: both sides are positive floats.
-    const VI segment = hn::Sub(bottom, hn::VecFromMask(di, hn::Gt(m_bits, hn::BitCast(di, limits.Lookup(bottom)))));
+    // The one limit that may lie in the lane's binade. A compare mask is all ones: subtracting it adds one. Integer
+    // compare: both sides are positive floats.
+    const VI limit = hn::BitCast(di, limits.Lookup(bottom));
+    const VI segment = hn::Sub(bottom, hn::VecFromMask(di, hn::Gt(s.m_bits, limit)));
     const auto nonzero = hn::Gt(m, zero_limit);
-    const VI code = finish.Codes(m, sign, scale.Lookup(segment), offset.Lookup(segment), last.Lookup(segment),
+    const VI code = finish.Codes(m, s.sign, scale.Lookup(segment), offset.Lookup(segment), last.Lookup(segment),
                                  &nonzero, flagged);
-    *flagged = hn::Or(*flagged, hn::And(nonzero, hn::Lt(m, floor)));
+    const auto ties = hn::Or(s.NegativeAt(limit), s.NegativeAt(hn::BitCast(di, zero_limit)));
+    *flagged = hn::Or(hn::Or(*flagged, ties), hn::And(nonzero, hn::Lt(m, floor)));
     return code;
   }
 
@@ -261,13 +270,16 @@ struct TopSegmentCoder {
   HWY_INLINE VI Codes(VF v, hn::Mask<DF>* flagged) const {
     const DF df;
     const DI di;
-    const auto [sign, m_bits] = SignAndMagnitude(v);
+    const SignAndMagnitude s(v);
+    const VI m_bits = s.m_bits;
     const VI index = hn::Add(hn::Add(hn::VecFromMask(di, hn::Gt(m_bits, limit1)),
                                      hn::VecFromMask(di, hn::Gt(m_bits, limit2))),
                              hn::VecFromMask(di, hn::Gt(m_bits, limit3)));
-    const VI code = finish.Codes(hn::BitCast(df, m_bits), sign, Lookup(scale, index), Lookup(offset, index),
+    const VI code = finish.Codes(hn::BitCast(df, m_bits), s.sign, Lookup(scale, index), Lookup(offset, index),
                                  Lookup(last, index), nullptr, flagged);
-    *flagged = hn::Or(*flagged, hn::RebindMask(df, hn::Gt(floor, m_bits)));  // at or below the four segments
+    const auto ties = hn::Or(hn::Or(s.NegativeAt(limit1), s.NegativeAt(limit2)), s.NegativeAt(limit3));
+    const auto below = hn::RebindMask(df, hn::Not(hn::Gt(m_bits, floor)));  // at or below the four segments
+    *flagged = hn::Or(hn::Or(*flagged, ties), below);
     return code;
   }
 

@@ -212,7 +212,7 @@ void BuildSegments(PreparedCodebook& cb) {
   const auto mid = [&](int q) { return double(cb.midpoints[zero + q]); };  // between w(q) and w(q + 1)
 
   // The run w(a..b) as one segment: its float coefficients and how far a computed t may sit from the exact
-  // rounding boundary (midpoint deviation plus float rounding of t and of the one-ulp nudge); nullopt when the
+  // rounding boundary (midpoint deviation plus float rounding of t); nullopt when the
   // run is far from arithmetic or its lowest magnitudes would round clearly below a (there is no lower clamp).
   struct Fit {
     float scale, offset;

@@ -34,11 +34,13 @@ absl::StatusOr<std::vector<float>> ComputeDynamicMap(bool is_signed, int max_exp
 // PreparedCodebook's second, table-free way to its codes (see NearestCode), for codebooks shaped like the
 // dynamic map: sorted and strictly increasing, one 0 (sorted position `zero`), negatives mirroring the smallest
 // positives bit for bit, and the positive magnitudes w_1 < ... < w_P (w_q at sorted position zero + q) forming at
-// most kSegments near-arithmetic runs ("segments"; the dynamic map's decades, then 1.0). For a magnitude m of sign
-// s (m nudged up one ulp when negative, so that ties at segment limits resolve as NearestCode's "strictly below"
-// does for negative values):
+// most kSegments near-arithmetic runs ("segments"; the dynamic map's decades, then 1.0). For a magnitude m of sign s:
 //   q = 0 if m <= zero_limit; else with j = #(limits below m): q = min(round(m * scale[j] - offset[j]), last[j]);
 //   code = zero + q, or max(zero - q, 0) for negative s.
+// The limits and zero_limit are the positive splits. A negative split is the mirror of its positive one, or one ulp
+// further out where the true midpoint is not a float (SplitPoint rounds both towards the lower value), so a
+// negative magnitude equal to a limit may belong on either side of it: such values take the table search. Every
+// other magnitude of either sign is on the same side of the positive and the negative split.
 // j is found from m's binade: binade_segment[biased exponent % 16] is the segment at the binade's bottom, and no
 // binade of the 16 below 2 holds more than one limit, so one comparison with the next limit settles it.
 // The limit comparisons are exact (limits are the codebook's midpoints); the rounding is exact unless

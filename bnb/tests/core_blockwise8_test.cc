@@ -133,7 +133,7 @@ TEST_P(EveryIsa, SubrangesEqualTheWhole) {
 
 // Where a fast search could go wrong: every midpoint and its neighbours (ulps, and relative steps around the
 // rounding margin), both signs, zero, subnormals, the binade window's floor, +-1, every bfloat16 value in [-1, 1],
-// and a sweep of float bit patterns. Blocks start with 1.0, so absmax is 1 and the values are quantized as they are.
+// and a sweep of float bit patterns.
 std::vector<float> HardValues(const PreparedCodebook& cb) {
   std::vector<float> v;
   const auto both_signs = [&](float x) {
@@ -170,18 +170,39 @@ TEST_P(EveryIsa, HardValuesEqualScalarExactly) {
   for (const std::vector<float>& code : {*CreateDynamicMap(), *ComputeDynamicMap(false, 7, 8), uniform}) {
     const PreparedCodebook cb = *PrepareCodebook(code.data(), 256);
     ASSERT_TRUE(cb.segments.usable);
+    // Each hard value alone in a slot of 16 (the widest vector) filled with 1.0, which no coder flags: a neighbour
+    // flagged for the exact redo would redo the whole vector and hide a wrong lane. Blocks start with 1.0, so
+    // absmax is 1 and the values are quantized as they are.
     const std::vector<float> hard = HardValues(cb);
-    const int64_t bs = 4096;
+    const int64_t bs = 4096, kSlot = 16;
     std::vector<float> x;
     for (size_t i = 0; i < hard.size(); ++i) {
-      if (x.size() % bs == 0) x.push_back(1.0f);
+      if (x.size() % bs == 0) x.insert(x.end(), kSlot, 1.0f);
       x.push_back(hard[i]);
+      x.insert(x.end(), kSlot - 1, 1.0f);
     }
     const int64_t n = static_cast<int64_t>(x.size());
     const BothQuantized q = QuantizeBoth(DType::kFloat32, x.data(), n, bs, cb);
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(q.codes[i], q.codes_ref[i]) << "x = " << x[i] << " (bits " << std::hex << FloatToBits(x[i]) << ")";
     }
+  }
+}
+
+// A negative value whose magnitude is exactly a split that is not the mirror of the negative one (issue 21): 12.5
+// leads the block, so -1.28515625 scales to -0.1028125, which AVX-512's segment coder once sent to code 63.
+TEST_P(EveryIsa, NegativeValueAtAnInexactSplit) {
+  const PreparedCodebook cb = DynamicCodebook();
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    std::vector<float> x(64, 0.0f);
+    x[0] = 12.5f;
+    x[1] = -1.28515625f;
+    const std::vector<uint8_t> raw = Encode(dtype, x);
+    const BothQuantized q = QuantizeBoth(dtype, raw.data(), 64, 64, cb);
+    if (dtype != DType::kBFloat16) {
+      EXPECT_EQ(q.codes_ref[1], 64);  // bfloat16 rounds -1.28515625
+    }
+    EXPECT_EQ(q.codes[1], q.codes_ref[1]) << DTypeName(dtype);
   }
 }
 
