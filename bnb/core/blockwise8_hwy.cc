@@ -57,18 +57,9 @@ HWY_INLINE void CodeBlock(const void* x, const Coder& coder, int64_t lo, int64_t
     // Four vectors per step: their divisions and lookups are independent, so they overlap.
     // The next block's absmax pass then reads from cache while this loop computes.
     const auto scaled = [&](int64_t j) { return hn::Div(LoadF32<kT>(x, j), vscale); };
-    if constexpr (Coder::kDefersRedo) {
-      PendingRedo pending;
-      for (; i < vec4_end; i += 4 * N) {
-        if (prefetch) PrefetchElements<kT>(x, i + blocksize, 4 * N);
-        pending.Add(i, coder.StoreFlagged4(scaled(i), scaled(i + N), scaled(i + 2 * N), scaled(i + 3 * N), codes + i));
-      }
-      pending.Drain([&](int64_t j) { coder.exact.Store(scaled(j), codes + j); });
-    } else {
-      for (; i < vec4_end; i += 4 * N) {
-        if (prefetch) PrefetchElements<kT>(x, i + blocksize, 4 * N);
-        coder.Store4(scaled(i), scaled(i + N), scaled(i + 2 * N), scaled(i + 3 * N), codes + i);
-      }
+    for (; i < vec4_end; i += 4 * N) {
+      if (prefetch) PrefetchElements<kT>(x, i + blocksize, 4 * N);
+      coder.Store4(scaled(i), scaled(i + N), scaled(i + 2 * N), scaled(i + 3 * N), codes + i);
     }
     for (; i < vec_end; i += N) coder.Store(scaled(i), codes + i);
   }
@@ -112,8 +103,7 @@ HWY_INLINE void StoreHalfBucketCodes4(const int32_t* entries, const uint32_t* q,
 // change alone gained nothing). One thread, float32, blocksize 4096, Zen 3, from memory / in cache, ns per element,
 // paired runs: AVX2 0.486-0.500 / 0.434-0.440 -> 0.444-0.455 / 0.390-0.393, SSE4 0.59-0.60 / 0.56 -> 0.536-0.539 /
 // 0.486-0.491, SSSE3 0.77-0.78 / 0.74 -> 0.74 / 0.67-0.68.
-// kStream: the codes are StreamableOutput's, and whole groups of four vectors stream (nothing is redone later,
-// unlike TopSegmentCoder's codes; 1.5-3% faster on 2 threads). The caller ends with hwy::FlushStream().
+// kStream: the codes are StreamableOutput's, and whole groups of four vectors stream (1.5-3% faster on 2 threads). The caller ends with hwy::FlushStream().
 template <DType kT, bool kStream>
 HWY_INLINE void CodeBlockByHalfBuckets(const void* x, const PreparedCodebook& cb, int64_t lo, int64_t hi,
                                        int64_t blocksize, float amax, bool prefetch, uint8_t* out) {
@@ -314,13 +304,6 @@ void QuantizeT(const void* x, const PreparedCodebook& cb, const Blockwise8Range&
     }
   }
 #endif
-#if HWY_TARGET == HWY_AVX2
-  if (cb.segments.usable) return QuantizeWith<kT>(x, TopSegmentCoder(cb), r, codes, absmax);
-#elif HWY_TARGET != HWY_SCALAR
-  if (kN >= SegmentSearch::kSegments && cb.segments.usable) {
-    return QuantizeWith<kT>(x, SegmentCoder(cb), r, codes, absmax);
-  }
-#endif
   QuantizeWith<kT>(x, BucketCoder{cb}, r, codes, absmax);
 }
 
@@ -351,11 +334,10 @@ HWY_INLINE VF LookupLanes(const float* t, const uint8_t* codes) {
 }
 #endif
 
-// Lanes(DF) code values for the codes at `codes`, as floats. x86 up to AVX2: LookupLanes in the 1 KB table of
-// values. One thread, 2^24 elements from memory, ns per element, float32 / bfloat16 output, against the previous
-// best (64-bit gathers of code pairs; for bfloat16 on AVX2 four scalar pair loads): AVX2 0.46 / 0.39 -> 0.32 / 0.30,
-// SSE4 0.47 / 0.60 -> 0.32 / 0.34, SSSE3 1.10 / 0.84 -> 0.33 / 0.44. Other targets (AVX-512's fast gathers among
-// them) gather pairs of codes through PreparedCodebook::pairs: half as many lanes to fetch.
+// Lanes(DF) code values for the codes at `codes`, as floats. x86: LookupLanes in the 1 KB table of values. One
+// thread, 2^24 elements from memory, ns per element, float32 / bfloat16 output, against the previous best (64-bit
+// gathers of code pairs; for bfloat16 on AVX2 four scalar pair loads): AVX2 0.46 / 0.39 -> 0.32 / 0.30, SSE4 0.47 /
+// 0.60 -> 0.32 / 0.34, SSSE3 1.10 / 0.84 -> 0.33 / 0.44. Other targets gather.
 HWY_INLINE VF CodeValues(const PreparedCodebook& cb, const uint8_t* codes) {
   const DF df;
 #if HWY_TARGET == HWY_SCALAR
@@ -364,11 +346,8 @@ HWY_INLINE VF CodeValues(const PreparedCodebook& cb, const uint8_t* codes) {
   (void)df;
   return LookupLanes(cb.values.data(), codes);
 #else
-  using D64 = hn::Repartition<uint64_t, DF>;
-  const D64 d64;
-  const auto pair_codes = hn::LoadU(hn::Rebind<uint16_t, D64>(), reinterpret_cast<const uint16_t*>(codes));
-  const auto index = hn::PromoteTo(d64, hn::PromoteTo(hn::Rebind<uint32_t, D64>(), pair_codes));
-  return hn::BitCast(df, hn::GatherIndex(d64, cb.pairs.data(), hn::BitCast(hn::RebindToSigned<D64>(), index)));
+  const auto index = hn::PromoteTo(DI(), hn::LoadU(DU8(), codes));
+  return hn::GatherIndex(df, cb.values.data(), index);
 #endif
 }
 
@@ -549,6 +528,9 @@ void DequantizeT(const uint8_t* codes, const float* absmax, const PreparedCodebo
 
 void Quantize(DType dtype, const void* x, const PreparedCodebook& cb, const Blockwise8Range& r, uint8_t* codes,
               float* absmax) {
+#if BNB_RUNS_AVX2_8BIT_KERNELS
+  return N_AVX2::Quantize(dtype, x, cb, r, codes, absmax);
+#endif
   switch (dtype) {
     case DType::kFloat32: return QuantizeT<DType::kFloat32>(x, cb, r, codes, absmax);
     case DType::kFloat16: return QuantizeT<DType::kFloat16>(x, cb, r, codes, absmax);
@@ -558,6 +540,9 @@ void Quantize(DType dtype, const void* x, const PreparedCodebook& cb, const Bloc
 
 void Dequantize(DType dtype, const uint8_t* codes, const float* absmax, const PreparedCodebook& cb,
                 const Blockwise8Range& r, void* out) {
+#if BNB_RUNS_AVX2_8BIT_KERNELS
+  return N_AVX2::Dequantize(dtype, codes, absmax, cb, r, out);
+#endif
   switch (dtype) {
     case DType::kFloat32: return DequantizeT<DType::kFloat32>(codes, absmax, cb, r, out);
     case DType::kFloat16: return DequantizeT<DType::kFloat16>(codes, absmax, cb, r, out);

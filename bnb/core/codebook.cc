@@ -8,7 +8,6 @@
 #include <mutex>
 #include <limits>
 #include <numeric>
-#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "bnb/core/bf16_codes.h"
@@ -189,94 +188,6 @@ void BuildHalfBuckets(PreparedCodebook& cb) {
   cb.half_buckets.entries = std::move(entries);
 }
 
-// SegmentSearch for cb, when cb has its shape; otherwise cb.segments.usable stays false.
-void BuildSegments(PreparedCodebook& cb) {
-  using S = SegmentSearch;
-  S& s = cb.segments;
-  s = S{};
-  const auto& v = cb.values;
-  if (!cb.is_sorted) return;
-  for (int i = 0; i + 1 < kCodebookSize; ++i) {
-    if (!(v[i] < v[i + 1])) return;
-  }
-  int zero = -1;
-  for (int i = 0; i < kCodebookSize; ++i) {
-    if (v[i] == 0.0f) zero = i;
-  }
-  const int P = kCodebookSize - 1 - zero;  // positive values
-  if (zero < 0 || P < 1 || zero > P) return;
-  for (int i = 1; i <= zero; ++i) {
-    if (FloatToBits(v[zero - i]) != (FloatToBits(v[zero + i]) ^ 0x80000000u)) return;
-  }
-  const auto w = [&](int q) { return double(v[zero + q]); };
-  const auto mid = [&](int q) { return double(cb.midpoints[zero + q]); };  // between w(q) and w(q + 1)
-
-  // The run w(a..b) as one segment: its float coefficients and how far a computed t may sit from the exact
-  // rounding boundary (midpoint deviation plus float rounding of t); nullopt when the
-  // run is far from arithmetic or its lowest magnitudes would round clearly below a (there is no lower clamp).
-  struct Fit {
-    float scale, offset;
-    double error;
-  };
-  constexpr double kMaxError = 0.05;
-  const auto fit = [&](int a, int b) -> std::optional<Fit> {
-    Fit f{0.0f, static_cast<float>(-a), 0.0};
-    if (a == b) return f;
-    f.scale = static_cast<float>((b - a) / (w(b) - w(a)));
-    f.offset = static_cast<float>(w(a) * f.scale - a);
-    const auto t = [&](double m) { return m * f.scale - f.offset; };
-    const double m_hi = b < P ? mid(b) : std::max(1.0, w(P)) * (1.0 + 0x1p-22);
-    const double rounding = 0x1p-22 * (f.scale * m_hi + std::fabs(f.offset) + 1.0);
-    for (int q = a; q < b; ++q) {
-      f.error = std::max(f.error, std::fabs(t(mid(q)) - (q + 0.5)) + rounding);
-      if (f.error > kMaxError) return std::nullopt;
-    }
-    // The lowest magnitudes of the segment (just above mid(a - 1)) must not round below a: t there may sit under
-    // a - 0.5 only by what the margin covers, so that those values count as near a midpoint.
-    f.error = std::max(f.error, (a - 0.5) - t(mid(a - 1)) + rounding);
-    return f.error > kMaxError ? std::nullopt : std::optional<Fit>(f);
-  };
-
-  // Fewest segments covering w(1..q), by dynamic programming over where the last one starts.
-  std::vector<int> count(P + 1, kCodebookSize), start(P + 1, 0);
-  std::vector<Fit> last_fit(P + 1);
-  count[0] = 0;
-  for (int b = 1; b <= P; ++b) {
-    for (int a = b; a >= 1; --a) {
-      if (count[a - 1] + 1 >= count[b]) continue;
-      const std::optional<Fit> f = fit(a, b);
-      if (!f) continue;
-      count[b] = count[a - 1] + 1;
-      start[b] = a;
-      last_fit[b] = *f;
-    }
-  }
-  if (count[P] > S::kSegments) return;
-  s.limits.fill(std::numeric_limits<float>::infinity());
-  double margin = 0.0;
-  for (int b = P, j = count[P] - 1; b >= 1; b = start[b] - 1, --j) {
-    const Fit& f = last_fit[b];
-    s.scale[j] = f.scale;
-    s.offset[j] = f.offset;
-    s.last[j] = static_cast<float>(b);
-    if (j > 0) s.limits[j - 1] = cb.midpoints[zero + start[b] - 1];
-    margin = std::max(margin, f.error);
-  }
-  for (int e = 0; e < S::kBinades; ++e) {
-    const float bottom = std::ldexp(S::kFloor, e), top = 2.0f * bottom;
-    const auto below = [&](float m) {  // limits strictly below m: the segment of m
-      return static_cast<int>(std::count_if(s.limits.begin(), s.limits.end(), [&](float l) { return l < m; }));
-    };
-    const int first = below(bottom);
-    if (below(top) > first + 1) return;  // two limits in one binade
-    s.binade_segment[(std::ilogb(bottom) + 127) % S::kBinades] = static_cast<uint8_t>(first);
-  }
-  s.zero = zero;
-  s.zero_limit = cb.midpoints[zero];
-  s.margin = static_cast<float>(margin + 1e-6);
-  s.usable = true;
-}
-
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const PreparedCodebook>> PrepareCodebookCached(const float* code, int64_t n) {
@@ -340,20 +251,13 @@ absl::StatusOr<PreparedCodebook> PrepareCodebook(const float* code, int64_t n) {
       cb.sorted_to_code[i] = cb.sorted_to_code[i - 1];
     }
   }
-  cb.is_sorted = true;
-  for (int i = 0; i < kCodebookSize; ++i) cb.is_sorted &= cb.sorted_to_code[i] == i;
   for (int i = 0; i + 1 < kCodebookSize; ++i) {
     cb.midpoints[i] = SplitPoint(cb.values[cb.sorted_to_code[i]], cb.values[cb.sorted_to_code[i + 1]]);
   }
   BuildBuckets(cb);
   BuildHalfBuckets(cb);
-  BuildSegments(cb);
   cb.bf16_codes = Bf16Codes::Create(
       Bf16Codes::SmallestCodeBoundary(cb.midpoints.data(), cb.sorted_to_code.data(), kCodebookSize));
-  cb.pairs.resize(kCodebookSize * kCodebookSize);
-  for (uint32_t i = 0; i < cb.pairs.size(); ++i) {
-    cb.pairs[i] = FloatToBits(cb.values[i & 0xFF]) | (uint64_t{FloatToBits(cb.values[i >> 8])} << 32);
-  }
   return cb;
 }
 

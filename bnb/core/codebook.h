@@ -31,35 +31,6 @@ std::vector<float> DefaultDynamicMap();
 // The map computed by bitsandbytes' algorithm (CreateDynamicMap without the pinned default).
 absl::StatusOr<std::vector<float>> ComputeDynamicMap(bool is_signed, int max_exponent_bits, int total_bits);
 
-// PreparedCodebook's second, table-free way to its codes (see NearestCode), for codebooks shaped like the
-// dynamic map: sorted and strictly increasing, one 0 (sorted position `zero`), negatives mirroring the smallest
-// positives bit for bit, and the positive magnitudes w_1 < ... < w_P (w_q at sorted position zero + q) forming at
-// most kSegments near-arithmetic runs ("segments"; the dynamic map's decades, then 1.0). For a magnitude m of sign s:
-//   q = 0 if m <= zero_limit; else with j = #(limits below m): q = min(round(m * scale[j] - offset[j]), last[j]);
-//   code = zero + q, or max(zero - q, 0) for negative s.
-// The limits and zero_limit are the positive splits. A negative split is the mirror of its positive one, or one ulp
-// further out where the true midpoint is not a float (SplitPoint rounds both towards the lower value), so a
-// negative magnitude equal to a limit may belong on either side of it: such values take the table search. Every
-// other magnitude of either sign is on the same side of the positive and the negative split.
-// j is found from m's binade: binade_segment[biased exponent % 16] is the segment at the binade's bottom, and no
-// binade of the 16 below 2 holds more than one limit, so one comparison with the next limit settles it.
-// The limit comparisons are exact (limits are the codebook's midpoints); the rounding is exact unless
-// |t - round(t)| > 0.5 - margin, where t = m * scale[j] - offset[j]. Such values (near a midpoint), and nonzero
-// magnitudes below 2^-15 (outside the binades), take the table search. PrepareCodebook proves `margin` from the
-// actual midpoints and float rounding bounds.
-struct SegmentSearch {
-  static constexpr int kSegments = 8;
-  static constexpr int kBinades = 16;
-  static constexpr float kFloor = 0x1p-15f;  // bottom of the lowest of the 16 binades below 2
-  bool usable = false;
-  int32_t zero = 0;
-  float zero_limit = 0;
-  std::array<float, kSegments> limits{};  // limits[j]: between segments j and j + 1, ascending; +inf past the last
-  std::array<float, kSegments> scale{}, offset{}, last{};
-  std::array<uint8_t, kBinades> binade_segment{};
-  float margin = 0;
-};
-
 // A second bucket table, for the x86 targets that fetch table entries by scalar loads (a bucket's entry costs one
 // load, however many buckets there are, but a smaller table keeps more of its used part in L1): bucket = float
 // bits of a scaled value v in [-1, 1] >> 16 (sign, exponent and 7 mantissa bits; 128 buckets per binade), key =
@@ -94,16 +65,10 @@ struct PreparedCodebook {
   std::array<float, kCodebookSize> values;            // the codebook as given, indexed by code
   std::array<float, kCodebookSize - 1> midpoints;     // SplitPoint(sorted[i], sorted[i+1]), ascending
   std::array<int32_t, kCodebookSize> sorted_to_code;  // lowest code holding the i-th smallest value
-  bool is_sorted;                                     // sorted_to_code is the identity
   // Indexed by bits >> 15 (kTableSize entries; indexes between the two signs' ranges are never used). Bits
   // [0, 16): threshold (0x8000: no midpoint; kSearch: several); [16, 24): low code; [24, 32): high code.
   std::vector<int32_t> buckets;
   bool needs_search;  // some bucket in use has threshold kSearch
-  // For dequantization on targets other than x86's SSSE3, SSE4 and AVX2 (which load `values` directly), two codes
-  // at a time: pairs[c0 | c1 << 8] holds the float bits of values[c0] in its low and values[c1] in its high half,
-  // so one 64-bit gather yields two outputs (little-endian: memory order c0, c1).
-  std::vector<uint64_t> pairs;
-  SegmentSearch segments;  // usable for the dynamic maps
   HalfBuckets half_buckets;
   // Codes of bfloat16 inputs by table (bf16_codes.h), built lazily and shared by copies; null for codebooks whose
   // code changes at 0.

@@ -80,7 +80,6 @@ TEST(NearestCode, HandComputedCases) {
   std::vector<float> code = Ramp();  // -1, -127/128, ..., 127/128
   auto cb = PrepareCodebook(code.data(), 256);
   ASSERT_TRUE(cb.ok());
-  EXPECT_TRUE(cb->is_sorted);
   EXPECT_EQ(NearestCode(*cb, 0.0f), 128);
   EXPECT_EQ(NearestCode(*cb, 1.0f), 255);
   EXPECT_EQ(NearestCode(*cb, -1.0f), 0);
@@ -142,7 +141,6 @@ TEST(NearestCode, UnsortedCodebookReturnsOriginalIndex) {
   std::reverse(code.begin(), code.end());  // code[i] = (127 - i) / 128
   auto cb = PrepareCodebook(code.data(), 256);
   ASSERT_TRUE(cb.ok());
-  EXPECT_FALSE(cb->is_sorted);
   EXPECT_EQ(NearestCode(*cb, 0.0f), 127);
   EXPECT_EQ(NearestCode(*cb, -1.0f), 255);
   EXPECT_EQ(code[NearestCode(*cb, 0.26f)], 33 / 128.0f);
@@ -164,69 +162,6 @@ std::vector<float> UniformCodebook() {
   std::vector<float> code;
   for (int k = -127; k <= 128; ++k) code.push_back(static_cast<float>(k) / 127.0f);
   return code;
-}
-
-TEST(SegmentSearch, DynamicMapIsItsDecadesAndOne) {
-  auto map = CreateDynamicMap();
-  auto cb = PrepareCodebook(map->data(), 256);
-  const SegmentSearch& s = cb->segments;
-  ASSERT_TRUE(s.usable);
-  EXPECT_EQ(s.zero, 127);
-  EXPECT_EQ(s.zero_limit, cb->midpoints[127]);
-  // The top segment is 1.0 alone (position 128 above zero), below it the decade 0.1..1 (64 values).
-  EXPECT_EQ(s.last[7], 128.0f);
-  EXPECT_EQ(s.scale[7], 0.0f);
-  EXPECT_EQ(s.last[6], 127.0f);
-  EXPECT_NEAR(s.scale[6], 64.0f / 0.9f, 1e-3);
-  EXPECT_EQ(s.limits[6], cb->midpoints[127 + 127]);  // between 0.99297 and 1.0
-  EXPECT_EQ(s.limits[7], INFINITY);
-  for (int j = 0; j + 1 < 7; ++j) EXPECT_LT(s.limits[j], s.limits[j + 1]);
-  for (float limit : s.limits) {
-    if (std::isinf(limit)) continue;
-    bool is_midpoint = false;
-    for (float m : cb->midpoints) is_midpoint |= m == limit;
-    EXPECT_TRUE(is_midpoint) << limit;
-  }
-  EXPECT_GT(s.margin, 0.0f);
-  EXPECT_LT(s.margin, 1e-3f);  // the rounding is trusted almost everywhere
-  // Each binade's entry is the segment at its bottom: the number of limits below it.
-  for (int e = 112; e < 128; ++e) {
-    const float bottom = std::ldexp(1.0f, e - 127);
-    int below = 0;
-    for (float limit : s.limits) below += limit < bottom;
-    EXPECT_EQ(s.binade_segment[e % 16], below) << "binade 2^" << e - 127;
-  }
-  EXPECT_EQ(s.binade_segment[126 % 16], 6);  // [0.5, 1) starts in the decade 0.1..1
-}
-
-TEST(SegmentSearch, WhichCodebooksQualify) {
-  const std::vector<float> uniform = UniformCodebook();
-  auto cb = PrepareCodebook(uniform.data(), 256);
-  ASSERT_TRUE(cb->segments.usable);
-  EXPECT_EQ(cb->segments.zero, 127);
-  EXPECT_EQ(cb->segments.last[0], 128.0f);
-  EXPECT_EQ(cb->segments.limits[0], INFINITY);
-
-  // Not mirrored, not sorted, a duplicate, or more negatives than positives.
-  std::vector<float> shifted = uniform;
-  shifted[10] = std::nextafter(shifted[10], 0.0f);
-  std::vector<float> reversed(uniform.rbegin(), uniform.rend());
-  std::vector<float> duplicated = uniform;
-  duplicated[200] = duplicated[201];
-  std::vector<float> negated;
-  for (float v : uniform) negated.insert(negated.begin(), -v);
-  for (const std::vector<float>& code : {shifted, reversed, duplicated, negated}) {
-    auto c = PrepareCodebook(code.data(), 256);
-    ASSERT_TRUE(c.ok());
-    EXPECT_FALSE(c->segments.usable);
-  }
-  // The computed signed map, and the unsigned one (0 first, 255 positive values; optimizers' second moments).
-  auto computed = ComputeDynamicMap(true, 7, 8);
-  EXPECT_TRUE(PrepareCodebook(computed->data(), 256)->segments.usable);
-  auto unsigned_map = ComputeDynamicMap(false, 7, 8);
-  auto u = PrepareCodebook(unsigned_map->data(), 256);
-  EXPECT_TRUE(u->segments.usable);
-  EXPECT_EQ(u->segments.zero, 0);
 }
 
 // The code HalfBuckets gives value bits `bits` (a scaled value in [-1, 1]), by its documented rule.
