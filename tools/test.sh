@@ -14,4 +14,6 @@ mapfile -t targets < <(bazel query --noshow_progress "$query" 2>/dev/null)
 if ((${#targets[@]})); then
   .venv/bin/python tools/test_summary.py bazel-testlogs "${targets[@]}"
 fi
+# Tests that loop over the instruction sets run only those this CPU has: say which were and were not exercised.
+.venv/bin/python -m bnb info --isas 2>/dev/null || true
 exit $status

@@ -52,6 +52,12 @@ std::vector<std::string> AvailableIsas() {
   return names;
 }
 
+std::vector<std::string> CompiledIsas() {
+  std::vector<std::string> names;
+  for (int64_t t = HWY_TARGETS; t != 0; t &= t - 1) names.push_back(LowerName(t & ~(t - 1)));
+  return names;
+}
+
 std::string ActiveIsa() { return LowerName(HWY_DYNAMIC_DISPATCH(DispatchedTarget)()); }
 
 namespace {

@@ -13,6 +13,10 @@ namespace bnb::core {
 // processor supports, best first. The last one always works.
 std::vector<std::string> AvailableIsas();
 
+// Every instruction set compiled into bnb, best first, whether this processor has it or not: tests that loop over
+// AvailableIsas() never run the others here.
+std::vector<std::string> CompiledIsas();
+
 // The instruction set the kernels dispatch to now.
 std::string ActiveIsa();
 

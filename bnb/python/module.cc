@@ -112,6 +112,7 @@ PYBIND11_MODULE(_C, m) {
     return bnb::core::ActiveIsa();
   }, "The instruction set the CPU kernels dispatch to, after the cpu.isa cap.");
   m.def("cpu_isas", &bnb::core::AvailableIsas, "Instruction sets compiled in and supported here, best first.");
+  m.def("cpu_isas_compiled", &bnb::core::CompiledIsas, "Instruction sets compiled in, best first.");
 
   m.def("jit_stats", [] {
     const bnb::jit::Stats s = bnb::jit::GetStats();

@@ -96,3 +96,20 @@ def test_a_misspelt_knob_variable_is_warned_of_at_import_and_others_are_not(tmp_
     assert run.returncode == 0 and "BNB_CPU_THRED" in run.stderr, run.stderr
     config = run_bnb(tmp_path, "config", BNB_CPU_THRED="2")
     assert config.returncode == 2 and "BNB_CPU_THRED" in config.stderr and "bnb.toml:2" in config.stderr
+
+
+def test_info_names_the_instruction_sets_run_here_and_those_this_cpu_lacks(tmp_path):
+    run = run_bnb(tmp_path, "info")
+    assert run.returncode == 0, run.stderr
+    line = next(l for l in run.stdout.splitlines() if l.startswith("CPU instruction sets exercised here:"))
+    here, lacking = line.split(":", 1)[1].split("; compiled in but not on this CPU (not exercised):")
+    # Against the CPU's own flags: AVX-512 (F, BW, DQ, VL, CD: Highway's avx3) and AVX2 are exercised exactly when
+    # /proc/cpuinfo lists them; each compiled target is on one side.
+    flags = set(open("/proc/cpuinfo").read().split())
+    has_avx3 = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"} <= flags
+    assert ("avx3" in here.split()) == has_avx3 and ("avx3" in lacking.split()) == (not has_avx3)
+    assert ("avx2" in here.split()) == ("avx2" in flags)
+    assert sorted(here.split() + [x for x in lacking.split() if x != "none"]) == sorted(bnb._C.cpu_isas_compiled())
+    assert "scalar" in here.split() or "emu128" in here.split()
+    only = run_bnb(tmp_path, "info", "--isas")
+    assert only.stdout.strip() == line

@@ -1,5 +1,5 @@
 """python -m bnb <command>: demo (quantize realistic weight shapes and print a table), config (effective knobs),
-cache (list, clear or warm the compiled CUDA kernel cache)."""
+cache (list, clear or warm the compiled CUDA kernel cache), info (versions and the CPU instruction sets)."""
 
 import argparse
 import os
@@ -19,6 +19,8 @@ def main(argv=None) -> int:
     cache = sub.add_parser("cache", help="the compiled CUDA kernel cache")
     cache.add_argument("action", choices=["list", "clear", "warm"])
     cache.add_argument("--arch", action="append", help="warm: target such as sm_90 (repeatable; default sm_80, sm_90)")
+    info = sub.add_parser("info", help="versions, and which CPU instruction sets run here and which this CPU lacks")
+    info.add_argument("--isas", action="store_true", help="only the instruction-set line")
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -26,6 +28,9 @@ def main(argv=None) -> int:
         return run_demo(args)
     if args.command == "cache":
         return run_cache(args)
+    if args.command == "info":
+        from .info import run_info
+        return run_info(args.isas)
     if args.command == "config":
         from . import config
         print(config.format_table())  # a misspelt BNB_* variable was warned of at import

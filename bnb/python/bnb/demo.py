@@ -6,6 +6,7 @@ import time
 import torch
 
 from . import _C, config, functional
+from .info import isa_line
 
 # (name, rows, cols): Llama-7B's attention/MLP projections and its embedding.
 SHAPES = [
@@ -44,8 +45,8 @@ def _formats(blocksize: int):
 def run_demo(args) -> int:
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
-    print(f"bnb quantization on the CPU: {args.dtype} weights, instruction set {_C.cpu_isa()} "
-          f"(available: {', '.join(_C.cpu_isas())}), {_threads()}")
+    print(f"bnb quantization on the CPU: {args.dtype} weights, instruction set {_C.cpu_isa()}, {_threads()}")
+    print(isa_line())
     head = (f"{'tensor':<25}{'format':<17}{'MB before':>10}{'MB after':>10}{'ratio':>7}{'mean abs err':>14}"
             f"{'mean rel err':>14}{'quant GB/s':>12}{'dequant GB/s':>14}")
     print(head)

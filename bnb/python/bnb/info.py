@@ -1,0 +1,23 @@
+"""python -m bnb info: what bnb runs on here. The instruction-set line also ends the test summary (tools/test.sh)
+and heads the demo, so every run says which CPU targets its kernels were and were not exercised on."""
+
+import torch
+
+from . import _C
+from ._version import __version__
+
+
+def isa_line() -> str:
+    """The instruction sets compiled into bnb that this CPU has (the tests run each of them) and those it lacks."""
+    here = _C.cpu_isas()
+    missing = [isa for isa in _C.cpu_isas_compiled() if isa not in here]
+    return (f"CPU instruction sets exercised here: {' '.join(here)}; compiled in but not on this CPU (not exercised): "
+            f"{' '.join(missing) or 'none'}")
+
+
+def run_info(isas_only: bool = False) -> int:
+    if not isas_only:
+        print(f"bnb {__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+        print(f"CPU kernels dispatch to: {_C.cpu_isa()} (cap: knob cpu.isa)")
+    print(isa_line())
+    return 0
