@@ -33,13 +33,9 @@ Quant4 ParseQuantType(const char* op, c10::string_view quant_type) {
   return *q;
 }
 
-c10::SymInt ShapeNumel(const char* op, at::IntArrayRef shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    TORCH_CHECK(d >= 0, "bnb::", op, ": shape ", shape, " has a negative dimension");
-    TORCH_CHECK(!__builtin_mul_overflow(n, d, &n), "bnb::", op, ": shape ", shape, " has more than 2^63 elements");
-  }
-  TORCH_CHECK(n > 0, "bnb::", op, ": shape ", shape, " is empty; there is nothing to dequantize");
+c10::SymInt ShapeNumel(const char* op, const char* arg, at::IntArrayRef shape) {
+  const int64_t n = CheckedNumel(op, arg, shape);
+  TORCH_CHECK(n > 0, "bnb::", op, ": ", arg, " ", shape, " is empty; there is nothing to dequantize");
   return n;
 }
 
@@ -135,7 +131,7 @@ bnb::core::DType CheckDequantize4(const char* op, const at::Tensor& A, const at:
   const bnb::core::DType out_type = FloatDType(op, "dtype", dtype);
   ThrowIfError(op, bnb::core::CheckBlocksize(blocksize));
   ParseQuantType(op, quant_type);
-  const c10::SymInt n = ShapeNumel(op, shape);
+  const c10::SymInt n = ShapeNumel(op, "shape", shape);
   CheckPackedBytes(op, "A", A, n);
   CheckAbsmax(op, absmax, A, n, blocksize);
   return out_type;
@@ -209,7 +205,7 @@ std::vector<c10::SymInt> CheckGemv4(const char* op, const at::Tensor& A, const a
   TORCH_CHECK(A.sym_size(-1) == shapeB[1], "bnb::", op, ": A has ", A.sym_size(-1), " columns but shapeB ",
               shapeB, " needs ", shapeB[1]);
   ThrowIfError(op, bnb::core::CheckBlocksize(blocksize));
-  const c10::SymInt n = shapeB[0] * shapeB[1];
+  const c10::SymInt n = CheckedNumel(op, "shapeB", shapeB);
   CheckPackedBytes(op, "B", B, n);
   CheckSameDevice(op, "B", B, A);
   CheckAbsmax(op, absmax, A, n, blocksize);
@@ -274,7 +270,7 @@ at::Tensor Gemm4bit(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef sh
               A.sym_sizes(), ") must equal shapeB[1] = ", shapeB[1]);
   ThrowIfError(op, bnb::core::CheckBlocksize(blocksize));
   const Quant4 q = ParseQuantType(op, quant_type);
-  const c10::SymInt n = ShapeNumel(op, shapeB);
+  const c10::SymInt n = ShapeNumel(op, "shapeB", shapeB);
   CheckPackedBytes(op, "B", B, n);
   CheckDType(op, "absmax", absmax, at::kFloat);
   // A meta argument routes the call to the Meta kernel, which would otherwise return an empty tensor on A's device.

@@ -40,6 +40,15 @@ bnb::core::DType FloatDType(const char* op, const char* arg, c10::ScalarType t) 
   }
 }
 
+int64_t CheckedNumel(const char* op, const char* arg, at::IntArrayRef sizes) {
+  int64_t n = 1;
+  for (int64_t d : sizes) {
+    TORCH_CHECK(d >= 0, "bnb::", op, ": ", arg, " ", sizes, " has a negative size");
+    TORCH_CHECK(!__builtin_mul_overflow(n, d, &n), "bnb::", op, ": ", arg, " ", sizes, " has more than 2^63 elements");
+  }
+  return n;
+}
+
 void CheckDType(const char* op, const char* arg, const at::Tensor& t, c10::ScalarType want) {
   TORCH_CHECK(t.scalar_type() == want, "bnb::", op, ": ", arg, " must be ", DTypeName{want}, ", got ",
               DTypeName{t.scalar_type()});

@@ -26,6 +26,10 @@ std::ostream& operator<<(std::ostream& os, DTypeName name);
 // float32 / float16 / bfloat16 -> the core's element type; anything else raises naming `arg`.
 bnb::core::DType FloatDType(const char* op, const char* arg, c10::ScalarType t);
 
+// The product of user-given sizes (a shape argument such as shapeB): every product of sizes a user names goes
+// through here, so a negative size or one past 2^63 elements is an error naming `arg`, never a wrapped count.
+int64_t CheckedNumel(const char* op, const char* arg, at::IntArrayRef sizes);
+
 void CheckDType(const char* op, const char* arg, const at::Tensor& t, c10::ScalarType want);
 void CheckNotEmpty(const char* op, const char* arg, const at::Tensor& t);
 void CheckSameDevice(const char* op, const char* arg, const at::Tensor& t, const at::Tensor& ref);
@@ -35,7 +39,7 @@ inline c10::SymInt NumBlocks(const c10::SymInt& n, int64_t blocksize) { return (
 // Sizes are SymInts so that Meta kernels work under torch.compile's dynamic shapes (a check becomes a guard).
 void CheckNumel(const char* op, const char* arg, const at::Tensor& t, const c10::SymInt& want, const char* why);
 
-// A tensor an op writes in place (out=, quantize_blockwise.out's absmax): refused when it requires grad while grad
+// A tensor an op writes in place (out=, quantize_blockwise_into's absmax): refused when it requires grad while grad
 // mode is on, as torch's own out= ops refuse it.
 void CheckWritable(const char* op, const char* arg, const at::Tensor& t);
 

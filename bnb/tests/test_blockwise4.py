@@ -176,6 +176,15 @@ CODE = F.get_4bit_type("nf4")
     (lambda: torch.ops.bnb.gemv_4bit(torch.randn(1, 64), P, [64, 64], AM, CODE[:8], 64),
      "code must hold 16 values"),
     (lambda: torch.ops.bnb.gemv_4bit(torch.randn(1, 64), P, [64], AM, CODE, 64), "shapeB must be [N, K]"),
+    # Sizes whose product wraps past 2^64 to 0 would pass with empty B and absmax (a wide A by a stride-0 view).
+    (lambda: torch.ops.bnb.gemv_4bit(torch.zeros(1, 1).expand(1, 2**32), P[:0], [2**32, 2**32], AM[:0], CODE, 64),
+     "shapeB [4294967296, 4294967296] has more than 2^63 elements"),
+    (lambda: torch.ops.bnb.gemm_4bit(torch.zeros(1, 1).expand(1, 2**32), P[:0], [2**32, 2**32], AM[:0], 64, "nf4"),
+     "shapeB [4294967296, 4294967296] has more than 2^63 elements"),
+    (lambda: torch.ops.bnb.dequantize_4bit(P[:0], AM[:0], 64, "nf4", [2**32, 2**32], torch.float32),
+     "shape [4294967296, 4294967296] has more than 2^63 elements"),
+    (lambda: torch.ops.bnb.dequantize_4bit(P, AM, 64, "nf4", [-64, -64], torch.float32),
+     "shape [-64, -64] has a negative size"),
 ])
 def test_bad_input_gives_a_clear_error(call, message):
     with pytest.raises(RuntimeError, match=re.escape(message)):
