@@ -24,9 +24,11 @@ namespace bnb::core {
 
 inline constexpr int64_t kMinBlocksize = 32;
 inline constexpr int64_t kMaxBlocksize = 4096;
+// The CPU 8-bit kernels also take larger blocks, as bitsandbytes' CPU path does (its tests quantize with 16384).
+inline constexpr int64_t kMaxCpuBlocksize8 = int64_t{1} << 30;
 
-// OK for powers of two in [32, 4096]; otherwise an error that names the value and the allowed range.
-absl::Status CheckBlocksize(int64_t blocksize);
+// OK for powers of two in [32, max]; otherwise an error that names the value and the allowed range.
+absl::Status CheckBlocksize(int64_t blocksize, int64_t max = kMaxBlocksize);
 
 inline int64_t NumBlocks(int64_t n, int64_t blocksize) { return (n + blocksize - 1) / blocksize; }
 
@@ -44,7 +46,7 @@ float BlockAbsmaxScalar(DType dtype, const void* x, int64_t lo, int64_t hi);
 
 struct Blockwise8Range {
   int64_t n;           // elements in the whole buffer
-  int64_t blocksize;   // power of two in [32, 4096]
+  int64_t blocksize;   // power of two in [32, kMaxCpuBlocksize8]
   int64_t block_begin;
   int64_t block_end;   // <= NumBlocks(n, blocksize)
 };

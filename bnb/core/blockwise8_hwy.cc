@@ -278,9 +278,32 @@ void QuantizeBf16Pipelined(const uint16_t* x, const Coder& coder, const Blockwis
   }
 }
 
+// bfloat16 blocks larger than the pipeline's groups (blocksize above kMaxBlocksize, CPU only): each block's absmax,
+// then its elements kMaxBlocksize at a time by its table (Bf16TableRun), or by `coder` where the tables do not
+// serve its absmax.
+template <class Coder>
+void QuantizeBf16LargeBlocks(const uint16_t* x, const Coder& coder, const Blockwise8Range& r, uint8_t* codes,
+                             float* absmax) {
+  const PreparedCodebook& cb = coder.cb;
+  const auto fill = [&cb](float a, const float* v, int64_t n, uint8_t* c) { QuantizeByAbsmax8(cb, a, v, n, c); };
+  Bf16TableRun run;
+  QuantizeEachBlock<DType::kBFloat16>(x, r, absmax, [&](int64_t lo, int64_t hi, float amax, bool more) {
+    for (int64_t s = lo; s < hi; s += kMaxBlocksize) {
+      const int64_t e = std::min(s + kMaxBlocksize, hi);
+      if (!run.TryAdd(cb.bf16_codes.get(), fill, x, s, e, amax, more || e < hi, codes + s)) {
+        CodeBlock<DType::kBFloat16>(x, coder, s, e, kMaxBlocksize, amax, more || e < hi, codes);
+      }
+    }
+  });
+  run.Finish();
+}
+
 template <DType kT, class Coder>
 void QuantizeWith(const void* x, const Coder& coder, const Blockwise8Range& r, uint8_t* codes, float* absmax) {
   if constexpr (kT == DType::kBFloat16) {
+    if (r.blocksize > kMaxBlocksize) {
+      return QuantizeBf16LargeBlocks(static_cast<const uint16_t*>(x), coder, r, codes, absmax);
+    }
     if (coder.cb.bf16_codes != nullptr) {
       const auto* x16 = static_cast<const uint16_t*>(x);
       RunStreamedIf(StreamableOutput8<kT>(codes, r.n), [&](auto stream) {

@@ -7,10 +7,10 @@
 
 namespace bnb::core {
 
-absl::Status CheckBlocksize(int64_t blocksize) {
-  if (blocksize < kMinBlocksize || blocksize > kMaxBlocksize || (blocksize & (blocksize - 1)) != 0) {
+absl::Status CheckBlocksize(int64_t blocksize, int64_t max) {
+  if (blocksize < kMinBlocksize || blocksize > max || (blocksize & (blocksize - 1)) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("blocksize must be a power of two in [", kMinBlocksize, ", ",
-                                                   kMaxBlocksize, "], got ", blocksize));
+                                                   max, "], got ", blocksize));
   }
   return absl::OkStatus();
 }

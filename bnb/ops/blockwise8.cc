@@ -30,6 +30,11 @@ void CheckAbsmax(const char* op, const at::Tensor& absmax, const at::Tensor& A, 
   CheckSameDevice(op, "absmax", absmax, A);
 }
 
+// The CUDA kernels take blocks of up to 4096 values, the CPU ones (and the Meta kernel of any other device) more.
+absl::Status CheckBlocksize8(int64_t blocksize, const at::Tensor& A) {
+  return bnb::core::CheckBlocksize(blocksize, A.is_cuda() ? bnb::core::kMaxBlocksize : bnb::core::kMaxCpuBlocksize8);
+}
+
 std::shared_ptr<const bnb::core::PreparedCodebook> PrepareCode(const char* op, const at::Tensor& code) {
   const at::Tensor c = code.contiguous();
   auto cb = bnb::core::PrepareCodebookCached(c.data_ptr<float>(), c.numel());
@@ -40,7 +45,7 @@ std::shared_ptr<const bnb::core::PreparedCodebook> PrepareCode(const char* op, c
 // Checks shared by both quantize overloads; returns A's element type.
 bnb::core::DType CheckQuantizeArgs(const char* op, const at::Tensor& A, const at::Tensor& code, int64_t blocksize) {
   const bnb::core::DType dtype = FloatDType(op, "A", A.scalar_type());
-  ThrowIfError(op, bnb::core::CheckBlocksize(blocksize));
+  ThrowIfError(op, CheckBlocksize8(blocksize, A));
   CheckNotEmpty(op, "A", A);
   CheckCode(op, code, A);
   return dtype;
@@ -90,9 +95,9 @@ std::tuple<at::Tensor, at::Tensor> QuantizeBlockwise(const at::Tensor& A, const 
 }
 
 template <bool kIsMeta>
-void QuantizeBlockwiseOut(const at::Tensor& A, const at::Tensor& code, int64_t blocksize, at::Tensor& out,
+void QuantizeBlockwiseInto(const at::Tensor& A, const at::Tensor& code, int64_t blocksize, at::Tensor& out,
                           at::Tensor& absmax) {
-  constexpr const char* op = "quantize_blockwise.out";
+  constexpr const char* op = "quantize_blockwise_into";
   const bnb::core::DType dtype = CheckQuantizeArgs(op, A, code, blocksize);
   CheckOut(op, out, A.sym_sizes(), "A's shape", at::kByte, A);
   CheckAbsmax(op, absmax, A, blocksize);
@@ -116,7 +121,7 @@ bnb::core::DType CheckDequantizeArgs(const char* op, const at::Tensor& A, const 
                                      const at::Tensor& code, int64_t blocksize, c10::ScalarType dtype) {
   const bnb::core::DType out_type = FloatDType(op, "dtype", dtype);
   CheckDType(op, "A", A, at::kByte);
-  ThrowIfError(op, bnb::core::CheckBlocksize(blocksize));
+  ThrowIfError(op, CheckBlocksize8(blocksize, A));
   CheckNotEmpty(op, "A", A);
   CheckAbsmax(op, absmax, A, blocksize);
   CheckCode(op, code, A);
@@ -177,7 +182,7 @@ void DequantizeBlockwiseOut(const at::Tensor& A, const at::Tensor& absmax, const
 template <bool kIsMeta>
 void RegisterKernels(torch::Library& m) {
   m.impl("quantize_blockwise", &QuantizeBlockwise<kIsMeta>);
-  m.impl("quantize_blockwise.out", &QuantizeBlockwiseOut<kIsMeta>);
+  m.impl("quantize_blockwise_into", &QuantizeBlockwiseInto<kIsMeta>);
   m.impl("dequantize_blockwise", &DequantizeBlockwise<kIsMeta>);
   m.impl("dequantize_blockwise.out", &DequantizeBlockwiseOut<kIsMeta>);
 }

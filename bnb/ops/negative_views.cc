@@ -36,7 +36,7 @@ void NegativeViewOuts(const c10::OperatorHandle& op, c10::DispatchKeySet ks, tor
 }  // namespace
 
 TORCH_LIBRARY_IMPL(bnb, Negative, m) {
-  for (const char* name : {"quantize_blockwise.out", "dequantize_blockwise.out", "dequantize_4bit.out",
+  for (const char* name : {"quantize_blockwise_into", "dequantize_blockwise.out", "dequantize_4bit.out",
                            "gemv_4bit.out"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&NegativeViewOuts>());
   }

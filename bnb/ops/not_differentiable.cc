@@ -8,7 +8,7 @@
 namespace bnb::ops {
 
 TORCH_LIBRARY_IMPL(bnb, Autograd, m) {
-  for (const char* name : {"quantize_blockwise", "quantize_blockwise.out", "dequantize_blockwise",
+  for (const char* name : {"quantize_blockwise", "quantize_blockwise_into", "dequantize_blockwise",
                            "dequantize_blockwise.out", "quantize_4bit", "dequantize_4bit", "dequantize_4bit.out",
                            "gemv_4bit.out"}) {
     m.impl(name, torch::CppFunction::makeFallthrough());

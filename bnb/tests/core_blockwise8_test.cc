@@ -108,6 +108,30 @@ TEST_P(EveryIsa, EqualsScalarExactly) {
   }
 }
 
+// Blocks larger than 4096 (the CPU kernels take them, as bitsandbytes' CPU path does): bfloat16 ones go by their
+// tables kMaxBlocksize elements at a time; a ragged last block, special values and a thread's sub-range.
+TEST_P(EveryIsa, LargeBlocksEqualScalar) {
+  const PreparedCodebook cb = DynamicCodebook();
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (int64_t bs : {int64_t{8192}, int64_t{16384}, int64_t{1} << 16}) {
+      SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " blocksize " << bs);
+      const int64_t n = bs * 3 + 4099;
+      const auto x = Encode(dtype, TestData(n, static_cast<uint32_t>(bs), /*specials=*/true));
+      const BothQuantized q = QuantizeBoth(dtype, x.data(), n, bs, cb);
+      ASSERT_EQ(q.codes, q.codes_ref);
+      ASSERT_EQ(std::memcmp(q.absmax.data(), q.absmax_ref.data(), q.absmax.size() * sizeof(float)), 0);
+      std::vector<uint8_t> part(n);
+      std::vector<float> am(q.absmax.size());
+      QuantizeBlockwise8(dtype, x.data(), cb, {n, bs, 1, 3}, part.data(), am.data());
+      ASSERT_TRUE(std::equal(part.begin() + bs, part.begin() + 3 * bs, q.codes_ref.begin() + bs));
+      std::vector<uint8_t> out(n * DTypeSize(dtype)), out_ref(n * DTypeSize(dtype));
+      DequantizeBlockwise8(dtype, q.codes.data(), q.absmax.data(), cb, q.r, out.data());
+      DequantizeBlockwise8Scalar(dtype, q.codes.data(), q.absmax.data(), cb.values.data(), q.r, out_ref.data());
+      ExpectSameBits(dtype, out, out_ref, n);
+    }
+  }
+}
+
 // Threads take ranges of blocks; a range may start and end anywhere, and bfloat16 blocks are coded in groups of up to
 // kMaxBlocksize elements counted from the range's start.
 TEST_P(EveryIsa, SubrangesEqualTheWhole) {
@@ -321,6 +345,10 @@ TEST(Blockwise8Policy, BlocksizeChecks) {
     EXPECT_FALSE(st.ok()) << bad;
     EXPECT_NE(st.message().find(std::to_string(bad)), absl::string_view::npos) << st;
   }
+  EXPECT_TRUE(CheckBlocksize(16384, kMaxCpuBlocksize8).ok());
+  EXPECT_TRUE(CheckBlocksize(kMaxCpuBlocksize8, kMaxCpuBlocksize8).ok());
+  EXPECT_FALSE(CheckBlocksize(kMaxCpuBlocksize8 * 2, kMaxCpuBlocksize8).ok());
+  EXPECT_FALSE(CheckBlocksize(12288, kMaxCpuBlocksize8).ok());
 }
 
 }  // namespace

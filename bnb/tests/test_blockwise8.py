@@ -26,6 +26,21 @@ def test_kernel_equals_reference(device, dtype, blocksize):
         assert_same_bits(out, ref.dequantize_blockwise(q_ref, absmax_ref, CODE, blocksize, dtype))
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("blocksize", [16384, 1 << 17])
+def test_cpu_takes_blocks_larger_than_4096_as_bitsandbytes_cpu_does(dtype, blocksize):
+    A = sample(2 * blocksize + 999, dtype, seed=blocksize, specials=True)
+    q, absmax = torch.ops.bnb.quantize_blockwise(A, CODE, blocksize)
+    q_ref, absmax_ref = ref.quantize_blockwise(A, CODE, blocksize)
+    assert absmax.numel() == 3
+    assert_same_bits(q, q_ref)
+    assert_same_bits(absmax, absmax_ref)
+    out = F.dequantize_blockwise(*F.quantize_blockwise(A, blocksize=blocksize))
+    assert_same_bits(out, ref.dequantize_blockwise(q_ref, absmax_ref, CODE, blocksize, dtype))
+    with pytest.raises(RuntimeError, match=r"blocksize must be a power of two in \[32, 1073741824\], got 12288"):
+        torch.ops.bnb.quantize_blockwise(A, CODE, 12288)
+
+
 @pytest.mark.parametrize("isa", bnb._C.cpu_isas())
 def test_every_instruction_set_agrees(isa):
     A = sample(50000, torch.bfloat16, seed=3, specials=True)
@@ -123,13 +138,13 @@ def test_quantize_out_overload_writes_in_place():
     q_ref, absmax_ref = ref.quantize_blockwise(A, CODE, 128)
     out, absmax = torch.empty(40, 125, dtype=torch.uint8), torch.empty(40)
     ptrs = out.data_ptr(), absmax.data_ptr()
-    torch.ops.bnb.quantize_blockwise.out(A, CODE, 128, out, absmax)
+    torch.ops.bnb.quantize_blockwise_into(A, CODE, 128, out, absmax)
     assert (out.data_ptr(), absmax.data_ptr()) == ptrs
     assert_same_bits(out, q_ref)
     assert_same_bits(absmax, absmax_ref)
     # Non-contiguous destinations of the right shape get the same values.
     out_t, absmax_s = torch.empty(125, 40, dtype=torch.uint8).t(), torch.empty(80)[::2]
-    torch.ops.bnb.quantize_blockwise.out(A, CODE, 128, out_t, absmax_s)
+    torch.ops.bnb.quantize_blockwise_into(A, CODE, 128, out_t, absmax_s)
     assert_same_bits(out_t.contiguous(), q_ref)
     assert_same_bits(absmax_s.contiguous(), absmax_ref)
 
@@ -146,7 +161,7 @@ def test_out_arguments_aliasing_inputs_get_the_right_values():
     A = torch.randn(1000)
     want_q, want_absmax = ref.quantize_blockwise(A.clone(), CODE, 64)
     absmax_out = torch.empty(16)
-    torch.ops.bnb.quantize_blockwise.out(A, CODE, 64, A.view(torch.uint8)[:1000], absmax_out)
+    torch.ops.bnb.quantize_blockwise_into(A, CODE, 64, A.view(torch.uint8)[:1000], absmax_out)
     assert_same_bits(A.view(torch.uint8)[:1000], want_q)
     assert_same_bits(absmax_out, want_absmax)
 

@@ -34,7 +34,7 @@ def test_blockwise8_bench_prints_every_row(capsys):
     out = capsys.readouterr().out
     found = rows(out)
     for dtype in ("float32", "bfloat16"):
-        assert_timed(found, [f"copy {dtype}", f"quantize_blockwise.out {dtype}", f"dequantize_blockwise.out {dtype}"])
+        assert_timed(found, [f"copy {dtype}", f"quantize_blockwise_into {dtype}", f"dequantize_blockwise.out {dtype}"])
         assert found[f"copy {dtype}"][2] == 100
     assert_timed(found, ["quantize_blockwise, new output"])
     assert out.count("thread scaling:") == 2

@@ -26,7 +26,7 @@ def test_cuda_equals_cpu(dtype, blocksize):
     assert_same_bits(q, q_cpu)
     assert_same_bits(am, am_cpu)
     q_out, am_out = torch.empty_like(q), torch.empty_like(am)
-    torch.ops.bnb.quantize_blockwise.out(A.cuda(), CODE.cuda(), blocksize, q_out, am_out)
+    torch.ops.bnb.quantize_blockwise_into(A.cuda(), CODE.cuda(), blocksize, q_out, am_out)
     assert_same_bits(q_out, q_cpu)
     assert_same_bits(am_out, am_cpu)
     out = torch.ops.bnb.dequantize_blockwise(q, am, CODE.cuda(), blocksize, dtype)

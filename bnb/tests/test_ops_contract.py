@@ -20,8 +20,11 @@ def test_opcheck(device, dtype):
     A = torch.randn(3, 1000, dtype=dtype, device=device)
     code = CODE.to(device)
     opcheck(torch.ops.bnb.quantize_blockwise.default, (A, code, 256))
+    # bitsandbytes' tests pass the packet: it must be the one overload bitsandbytes' schema has.
+    assert torch.ops.bnb.quantize_blockwise.overloads() == ["default"]
+    opcheck(torch.ops.bnb.quantize_blockwise, (A, code, 256))
     q, absmax = torch.ops.bnb.quantize_blockwise(A, code, 256)
-    opcheck(torch.ops.bnb.quantize_blockwise.out, (A, code, 256, torch.empty_like(q), torch.empty_like(absmax)))
+    opcheck(torch.ops.bnb.quantize_blockwise_into, (A, code, 256, torch.empty_like(q), torch.empty_like(absmax)))
     opcheck(torch.ops.bnb.dequantize_blockwise.default, (q, absmax, code, 256, dtype))
     out = torch.empty_like(A)
     opcheck(torch.ops.bnb.dequantize_blockwise.out, (q, absmax, code, 256, dtype), {"out": out})
@@ -85,20 +88,21 @@ A32 = torch.randn(1000)
     (lambda: torch.ops.bnb.quantize_blockwise(A32.int(), CODE, 64),
      "A must be float32, float16 or bfloat16, got int32"),
     (lambda: torch.ops.bnb.quantize_blockwise(A32.double(), CODE, 64), "got float64"),
-    (lambda: torch.ops.bnb.quantize_blockwise(A32, CODE, 100), "blocksize must be a power of two in [32, 4096], got 100"),
+    (lambda: torch.ops.bnb.quantize_blockwise(A32, CODE, 100),
+     "blocksize must be a power of two in [32, 1073741824], got 100"),
     (lambda: torch.ops.bnb.quantize_blockwise(A32, CODE, 16), "got 16"),
-    (lambda: torch.ops.bnb.quantize_blockwise(A32, CODE, 8192), "got 8192"),
+    (lambda: torch.ops.bnb.quantize_blockwise(A32, CODE, 2**31), "got 2147483648"),
     (lambda: torch.ops.bnb.quantize_blockwise(A32, CODE[:255], 64), "code must hold 256 values"),
     (lambda: torch.ops.bnb.quantize_blockwise(A32, CODE.half(), 64), "code must be float32, got float16"),
     (lambda: torch.ops.bnb.quantize_blockwise(A32, torch.full((256,), float("nan")), 64), "code[0] is nan"),
     (lambda: torch.ops.bnb.quantize_blockwise(torch.empty(0, 4), CODE, 64), "A is empty (shape [0, 4])"),
-    (lambda: torch.ops.bnb.quantize_blockwise.out(A32, CODE, 64, torch.empty(999, dtype=torch.uint8),
+    (lambda: torch.ops.bnb.quantize_blockwise_into(A32, CODE, 64, torch.empty(999, dtype=torch.uint8),
                                                   torch.empty(16)), "out must have A's shape [1000], got [999]"),
-    (lambda: torch.ops.bnb.quantize_blockwise.out(A32, CODE, 64, torch.empty(1000, dtype=torch.int8),
+    (lambda: torch.ops.bnb.quantize_blockwise_into(A32, CODE, 64, torch.empty(1000, dtype=torch.int8),
                                                   torch.empty(16)), "out must be uint8, got int8"),
-    (lambda: torch.ops.bnb.quantize_blockwise.out(A32, CODE, 64, torch.empty(1000, dtype=torch.uint8),
+    (lambda: torch.ops.bnb.quantize_blockwise_into(A32, CODE, 64, torch.empty(1000, dtype=torch.uint8),
                                                   torch.empty(15)), "absmax must hold 16 values (one per block of A)"),
-    (lambda: torch.ops.bnb.quantize_blockwise.out(A32, CODE, 64, torch.empty(1000, dtype=torch.uint8),
+    (lambda: torch.ops.bnb.quantize_blockwise_into(A32, CODE, 64, torch.empty(1000, dtype=torch.uint8),
                                                   torch.empty(16).double()), "absmax must be float32, got float64"),
     (lambda: torch.ops.bnb.dequantize_blockwise(torch.zeros(1000, dtype=torch.uint8), torch.ones(3), CODE, 64,
                                                 torch.float32), "absmax must hold 16 values (one per block of A), got 3"),
@@ -123,11 +127,11 @@ def test_bad_input_gives_a_clear_error(call, message):
 def test_out_sharing_memory_with_absmax_is_an_error():
     buf = torch.zeros(1064, dtype=torch.uint8)
     out, absmax = buf[:1000], buf[1000:].view(torch.float32)
-    torch.ops.bnb.quantize_blockwise.out(A32, CODE, 64, out, absmax)  # adjacent, not overlapping: fine
+    torch.ops.bnb.quantize_blockwise_into(A32, CODE, 64, out, absmax)  # adjacent, not overlapping: fine
     assert_same_bits(absmax, torch.ops.bnb.quantize_blockwise(A32, CODE, 64)[1])
     shared = torch.zeros(1000, dtype=torch.uint8)
     with pytest.raises(RuntimeError, match="out and absmax share memory"):  # absmax was silently clobbered
-        torch.ops.bnb.quantize_blockwise.out(A32, CODE, 64, shared, shared[:64].view(torch.float32))
+        torch.ops.bnb.quantize_blockwise_into(A32, CODE, 64, shared, shared[:64].view(torch.float32))
 
 
 def test_out_that_requires_grad_is_refused_as_torch_does():
@@ -139,10 +143,10 @@ def test_out_that_requires_grad_is_refused_as_torch_does():
     with torch.no_grad():  # as torch allows: nothing is recorded
         torch.ops.bnb.dequantize_blockwise.out(q, absmax, CODE, 64, torch.float32, out=leaf)
     assert_same_bits(leaf.detach(), torch.ops.bnb.dequantize_blockwise(q, absmax, CODE, 64, torch.float32))
-    # quantize_blockwise.out writes absmax in place too, and F.quantize_blockwise(absmax=) through it.
+    # quantize_blockwise_into writes absmax in place too, and F.quantize_blockwise(absmax=) through it.
     leaf_absmax = torch.zeros(16, requires_grad=True)
     with pytest.raises(RuntimeError, match="absmax requires grad; out= arguments do not support"):
-        torch.ops.bnb.quantize_blockwise.out(A32, CODE, 64, torch.zeros(1000, dtype=torch.uint8), leaf_absmax)
+        torch.ops.bnb.quantize_blockwise_into(A32, CODE, 64, torch.zeros(1000, dtype=torch.uint8), leaf_absmax)
     with pytest.raises(RuntimeError, match="absmax requires grad"):
         F.quantize_blockwise(A32, blocksize=64, absmax=leaf_absmax)
     assert not leaf_absmax.detach().any()
@@ -183,7 +187,7 @@ def test_out_overloads_write_through_negative_views():
     torch.ops.bnb.dequantize_blockwise.out(q, absmax, CODE, 64, torch.float32, out=out)
     assert_same_bits(out.clone(), torch.ops.bnb.dequantize_blockwise(q, absmax, CODE, 64, torch.float32))
     q2, a2 = torch.empty_like(q), _negative_view(absmax.numel())
-    torch.ops.bnb.quantize_blockwise.out(A, CODE, 64, q2, a2)
+    torch.ops.bnb.quantize_blockwise_into(A, CODE, 64, q2, a2)
     assert torch.equal(q2, q) and torch.equal(a2.clone(), absmax)
     packed, a4 = torch.ops.bnb.quantize_4bit(A, 64, "nf4", torch.uint8)
     out4 = _negative_view(1000)

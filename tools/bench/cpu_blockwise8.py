@@ -36,7 +36,7 @@ def main(argv=None):
         # also allocates its 64 MB of codes each call, whose first-touch page faults the kernel pays (shown apart).
         print_bandwidth_table([
             copy_case(x),
-            (f"quantize_blockwise.out {name}", lambda: torch.ops.bnb.quantize_blockwise.out(x, code, bs, q, absmax),
+            (f"quantize_blockwise_into {name}", lambda: torch.ops.bnb.quantize_blockwise_into(x, code, bs, q, absmax),
              moved),
             ("  quantize_blockwise, new output", lambda: torch.ops.bnb.quantize_blockwise(x, code, bs), moved),
             (f"dequantize_blockwise.out {name}",

@@ -39,7 +39,7 @@ def thread_scaling_line(rounds: int = 9) -> str:
 
     def run():
         for _ in range(32):
-            torch.ops.bnb.quantize_blockwise.out(x, code, 4096, q, absmax)
+            torch.ops.bnb.quantize_blockwise_into(x, code, 4096, q, absmax)
 
     ratios = []
     for _ in range(rounds):

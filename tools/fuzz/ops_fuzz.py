@@ -150,9 +150,9 @@ def _check_8bit(rng: random.Random, gen: torch.Generator, where: str) -> str | N
         if not same(q.cpu(), rq):
             return f"quantize_blockwise codes, {at}: {first_difference(q.cpu(), rq)}"
         q2, absmax2 = torch.empty_like(q), torch.empty_like(absmax)
-        ops.quantize_blockwise.out(A.to(dev), c, bs, q2, absmax2)
+        ops.quantize_blockwise_into(A.to(dev), c, bs, q2, absmax2)
         if not (same(q2.cpu(), rq) and same(absmax2.cpu(), rabsmax)):
-            return f"quantize_blockwise.out, {at}"
+            return f"quantize_blockwise_into, {at}"
         d = ops.dequantize_blockwise(rq.to(dev), dabsmax.to(dev), c, bs, out_dtype)
         if not same(d.cpu(), rd):
             return f"dequantize_blockwise to {out_dtype}, {at}: {first_difference(d.cpu(), rd)}"

@@ -59,7 +59,7 @@ def quantize_blockwise(
     if out is not None or (absmax is not None and not nested):
         codes = out if out is not None else torch.empty(A.shape, dtype=torch.uint8, device=A.device)
         _absmax = absmax if absmax is not None and not nested else torch.empty_like(want, device=A.device)
-        torch.ops.bnb.quantize_blockwise.out(A, code, blocksize, codes, _absmax)
+        torch.ops.bnb.quantize_blockwise_into(A, code, blocksize, codes, _absmax)
     else:
         codes, _absmax = torch.ops.bnb.quantize_blockwise(A, code, blocksize)
     if nested:

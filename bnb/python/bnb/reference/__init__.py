@@ -7,7 +7,7 @@ from . import blockwise4, blockwise8
 
 _KERNELS = {
     "quantize_blockwise": blockwise8.quantize_blockwise,
-    "quantize_blockwise.out": blockwise8.quantize_blockwise_out,
+    "quantize_blockwise_into": blockwise8.quantize_blockwise_into,
     "dequantize_blockwise": blockwise8.dequantize_blockwise,
     "dequantize_blockwise.out": blockwise8.dequantize_blockwise_out,
     "quantize_4bit": blockwise4.quantize_4bit,

@@ -16,9 +16,13 @@ def _check(cond: bool, msg: str) -> None:
         raise RuntimeError(msg)
 
 
-def _check_blocksize(op: str, blocksize: int) -> None:
-    _check(32 <= blocksize <= 4096 and blocksize & (blocksize - 1) == 0,
-           f"bnb::{op}: blocksize must be a power of two in [32, 4096], got {blocksize}")
+# The 8-bit ops take blocks up to 2^30 values here, as on the CPU (bnb::core::kMaxCpuBlocksize8); the 4-bit ones 4096.
+MAX_BLOCKSIZE_8BIT = 1 << 30
+
+
+def _check_blocksize(op: str, blocksize: int, largest: int = 4096) -> None:
+    _check(32 <= blocksize <= largest and blocksize & (blocksize - 1) == 0,
+           f"bnb::{op}: blocksize must be a power of two in [32, {largest}], got {blocksize}")
 
 
 def _check_code(op: str, code: torch.Tensor) -> None:
@@ -74,21 +78,21 @@ def times_block_absmax(values: torch.Tensor, absmax: torch.Tensor, blocksize: in
 
 def quantize_blockwise(A: torch.Tensor, code: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, torch.Tensor]:
     _check(A.dtype in _FLOATS, f"bnb::quantize_blockwise: A must be float32, float16 or bfloat16, got {A.dtype}")
-    _check_blocksize("quantize_blockwise", blocksize)
+    _check_blocksize("quantize_blockwise", blocksize, MAX_BLOCKSIZE_8BIT)
     _check(A.numel() > 0, f"bnb::quantize_blockwise: A is empty (shape {list(A.shape)})")
     _check_code("quantize_blockwise", code)
     v, absmax = scale_blocks(A, blocksize)
     return nearest_code(v, code.to(A.device)).view(A.shape), absmax
 
 
-def quantize_blockwise_out(A: torch.Tensor, code: torch.Tensor, blocksize: int, out: torch.Tensor,
+def quantize_blockwise_into(A: torch.Tensor, code: torch.Tensor, blocksize: int, out: torch.Tensor,
                            absmax: torch.Tensor) -> None:
     codes, am = quantize_blockwise(A, code, blocksize)
     _check(out.shape == A.shape and out.dtype == torch.uint8,
-           f"bnb::quantize_blockwise.out: out must be uint8 of shape {list(A.shape)}, got {out.dtype} "
+           f"bnb::quantize_blockwise_into: out must be uint8 of shape {list(A.shape)}, got {out.dtype} "
            f"{list(out.shape)}")
     _check(absmax.numel() == am.numel() and absmax.dtype == torch.float32,
-           f"bnb::quantize_blockwise.out: absmax must be float32 with {am.numel()} values (one per block of A), "
+           f"bnb::quantize_blockwise_into: absmax must be float32 with {am.numel()} values (one per block of A), "
            f"got {absmax.dtype} with {absmax.numel()}")
     out.copy_(codes)
     absmax.copy_(am.view(absmax.shape))
@@ -98,7 +102,7 @@ def dequantize_blockwise(A: torch.Tensor, absmax: torch.Tensor, code: torch.Tens
                          dtype: torch.dtype) -> torch.Tensor:
     _check(A.dtype == torch.uint8, f"bnb::dequantize_blockwise: A must be uint8, got {A.dtype}")
     _check(dtype in _FLOATS, f"bnb::dequantize_blockwise: dtype must be float32, float16 or bfloat16, got {dtype}")
-    _check_blocksize("dequantize_blockwise", blocksize)
+    _check_blocksize("dequantize_blockwise", blocksize, MAX_BLOCKSIZE_8BIT)
     _check_code("dequantize_blockwise", code)
     n = A.numel()
     _check(absmax.numel() == -(-n // blocksize),
