@@ -160,7 +160,7 @@ void WarnOfDefaults(const absl::flat_hash_map<std::string, ConfigEntry>& values)
 
 std::string XdgBnbDir(const char* var, const char* home_default) {
   if (const char* x = std::getenv(var); x && x[0] == '/') return absl::StrCat(x, "/bnb");
-  if (const char* h = std::getenv("HOME"); h && *h) return absl::StrCat(h, "/", home_default, "/bnb");
+  if (const char* h = std::getenv("HOME"); h && h[0] == '/') return absl::StrCat(h, "/", home_default, "/bnb");
   return "";
 }
 

@@ -38,7 +38,8 @@ struct ConfigEntry {
 
 // bnb's directory under an XDG base directory: $<var>/bnb, else $HOME/<home_default>/bnb (e.g. var
 // "XDG_CACHE_HOME", home_default ".cache"); empty when neither is set. A relative $<var> is ignored, as the XDG
-// base directory spec says.
+// base directory spec says, and so is a relative $HOME: it would make the working directory's files the user's own
+// (a user config may name code to load, a project file may not).
 std::string XdgBnbDir(const char* var, const char* home_default);
 
 // Parses one TOML config file's text into `out` (knob name -> entry), `path` naming it in messages. The error

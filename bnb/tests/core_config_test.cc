@@ -269,6 +269,21 @@ TEST_F(ConfigTrustTest, ProjectFileCannotNameCodeToLoad) {
   EXPECT_EQ(*c.GetString("cuda.nvrtc_path"), "/opt/z/libnvrtc.so.13");
 }
 
+// The user's own config may name code to load: it must not be found relative to the working directory, which a
+// relative HOME would make it (XDG_CONFIG_HOME is set by the fixture: unset here).
+TEST_F(ConfigTrustTest, ARelativeHomeHoldsNoUserConfig) {
+  const char* home = std::getenv("HOME");
+  const std::string saved = home ? home : "";
+  unsetenv("XDG_CONFIG_HOME");
+  setenv("HOME", "home", 1);
+  ASSERT_EQ(system("mkdir -p home/.config/bnb"), 0);
+  Write("project/home/.config/bnb/config.toml", "[cuda]\nnvrtc_path = \"/tmp/evil/libnvrtc.so.12\"\n");
+  Config c;
+  EXPECT_EQ(*c.GetString("cuda.nvrtc_path"), "");
+  EXPECT_EQ(XdgBnbDir("XDG_CONFIG_HOME", ".config"), "");
+  home ? setenv("HOME", saved.c_str(), 1) : unsetenv("HOME");
+}
+
 // A bare name would be looked up on the loader's path (and a relative one in the working directory).
 TEST_F(ConfigTrustTest, LibraryPathMustBeAbsolute) {
   Config c;
