@@ -51,7 +51,9 @@ std::string ControlledByOthers(const struct stat& st, uid_t uid, PathRole role) 
 
 absl::StatusOr<std::string> ReadTrustedFile(const std::string& path, uid_t uid, bool follow_symlink,
                                             int64_t max_bytes) {
-  const auto refuse = [&](const std::string& why) { return absl::FailedPreconditionError(absl::StrCat(path, " ", why)); };
+  const auto refuse = [&](const std::string& why) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " ", why));
+  };
   const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | (follow_symlink ? 0 : O_NOFOLLOW));
   if (fd < 0) {
     const int err = errno;

@@ -115,12 +115,14 @@ def test_cli_reports_a_bad_file_without_a_traceback(clean_env):
 def test_odd_config_paths_are_passed_over_with_a_warning(clean_env, monkeypatch, capfd):
     (clean_env / "bnb.toml").mkdir()
     bnb.config.reload()
-    assert f"config file {clean_env}/bnb.toml is a directory, not a regular file: it is not read" in capfd.readouterr().err
+    err = capfd.readouterr().err
+    assert f"config file {clean_env}/bnb.toml is a directory, not a regular file: it is not read" in err
     (clean_env / "bnb.toml").rmdir()
     os.mkfifo(clean_env / "fifo.toml")  # opening it would wait for a writer forever: it is opened non-blocking
     monkeypatch.setenv("BNB_CONFIG", str(clean_env / "fifo.toml"))
     bnb.config.reload()
-    assert "fifo.toml is a FIFO, not a regular file: it is not read (though BNB_CONFIG names it" in capfd.readouterr().err
+    err = capfd.readouterr().err
+    assert "fifo.toml is a FIFO, not a regular file: it is not read (though BNB_CONFIG names it" in err
     monkeypatch.setenv("BNB_CONFIG", str(clean_env / "missing.toml"))  # a typo in the name stays an error
     with pytest.raises(ValueError, match=r"BNB_CONFIG names .*missing\.toml, which does not exist"):
         bnb.config.reload()
@@ -161,8 +163,8 @@ def test_a_project_file_cannot_name_the_library_to_load(clean_env):
     assert run.returncode == 0, run.stderr
     assert run.stderr.count("bnb.toml:4: cuda.nvrtc_path is ignored: it names code to load") == 1, run.stderr
     rows = {line.split()[0]: line for line in run.stdout.splitlines()[1:]}
-    assert '"" ' in rows["cuda.nvrtc_path"] and "default (bnb.toml:4 ignored: a project file may not name code to load)" \
-        in rows["cuda.nvrtc_path"], rows["cuda.nvrtc_path"]
+    nvrtc = rows["cuda.nvrtc_path"]
+    assert '"" ' in nvrtc and "default (bnb.toml:4 ignored: a project file may not name code to load)" in nvrtc, nvrtc
     assert " 2 " in rows["cpu.threads"] and "bnb.toml:2" in rows["cpu.threads"]  # the rest of the file applies
     with pytest.raises(ValueError, match="cuda.nvrtc_path: expected an absolute path .*, got 'libnvrtc.so.12'"):
         bnb.config.set("cuda.nvrtc_path", "libnvrtc.so.12")
