@@ -1,18 +1,17 @@
 #include "bnb/core/config.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
+#include <climits>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <iterator>
 #include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bnb/core/trust.h"
+#include "bnb/core/warnings.h"
 #include "toml++/toml.h"
 
 namespace bnb::core {
@@ -38,40 +37,49 @@ std::string UserConfigPath() {
   return dir.empty() ? "" : absl::StrCat(dir, "/config.toml");
 }
 
-// Whether a config file is at `path`: false when nothing is there; an error naming the path when something is that
-// cannot be read as one (a directory, a FIFO, which would block the reader, a file without read permission).
-absl::StatusOr<bool> ConfigFileAt(const std::string& path) {
-  if (path.empty()) return false;
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR) return false;
-    return absl::InvalidArgumentError(absl::StrCat("config file ", path, ": ", std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat("config file ", path, " is not a regular file",
-                                                   S_ISDIR(st.st_mode) ? " (a directory)" : ""));
-  }
-  if (access(path.c_str(), R_OK) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("config file ", path, " cannot be read: ", std::strerror(errno)));
-  }
-  return true;
-}
-
 absl::Status UnknownKey(absl::string_view name) {
   return absl::NotFoundError(absl::StrCat("unknown config key '", name, "' (python -m bnb config lists every key)"));
 }
 
-// A config file's text, refused when a line is longer than any bnb config needs: toml++ nests a table per part of
-// a dotted key without limit, and some 40,000 parts on one line overflowed the stack (a crash, not an error).
-// 4096 bytes hold any knob's line (a path is at most PATH_MAX) and at most 2048 parts, which toml++ handles.
-absl::StatusOr<std::string> ReadConfigText(const std::string& path) {
-  constexpr size_t kMaxLine = 4096;
-  std::ifstream in(path, std::ios::binary);
-  std::string s;
-  if (in) s.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  if (!in.is_open() || in.bad()) {
-    return absl::InvalidArgumentError(absl::StrCat("config file ", path, " cannot be read: ", std::strerror(errno)));
+// `path` made absolute, to name a file in a warning: ./bnb.toml is another file in another directory.
+std::string Absolute(const std::string& path) {
+  if (!path.empty() && path[0] == '/') return path;
+  char cwd[PATH_MAX];
+  return getcwd(cwd, sizeof(cwd)) ? absl::StrCat(cwd, "/", path) : path;
+}
+
+// A knob's broken setting, as an entry: the default, and the error saying what and where.
+ConfigEntry Broken(const KnobSpec& spec, absl::Status error) {
+  std::string source = absl::StrCat("default (ignored: ", error.message(), ")");
+  return ConfigEntry{&spec, spec.default_value, std::move(source), std::move(error)};
+}
+
+// A layer's setting of a knob, in place of the layers' below unless one of those was broken: the first broken
+// setting stands, so a value set elsewhere does not hide it.
+void Put(absl::flat_hash_map<std::string, ConfigEntry>* values, ConfigEntry e) {
+  ConfigEntry& slot = (*values)[std::string(e.spec->name)];
+  if (slot.error.ok()) slot = std::move(e);
+}
+
+// Every problem found, one a line: a file that does not parse, then each broken setting.
+absl::Status AllProblems(const absl::Status& load_error,
+                         const absl::flat_hash_map<std::string, ConfigEntry>& values) {
+  std::vector<std::string> lines;
+  if (!load_error.ok()) lines.emplace_back(load_error.message());
+  for (const KnobSpec& spec : AllKnobs()) {
+    auto it = values.find(std::string(spec.name));
+    if (it != values.end() && !it->second.error.ok()) lines.emplace_back(it->second.error.message());
   }
+  return lines.empty() ? absl::OkStatus() : absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+}
+
+// A config file's lines are at most this long: toml++ nests a table per part of a dotted key without limit, and
+// some 40,000 parts on one line overflowed the stack (a crash, not an error). 4096 bytes hold any knob's line (a
+// path is at most PATH_MAX) and at most 2048 parts, which toml++ handles.
+constexpr size_t kMaxLine = 4096;
+constexpr int64_t kMaxConfigBytes = int64_t{1} << 20;  // a config is a few lines: nothing larger is read
+
+absl::Status CheckLineLengths(const std::string& path, const std::string& s) {
   size_t line = 1, start = 0;
   while (start <= s.size()) {
     const size_t end = std::min(s.find('\n', start), s.size());
@@ -82,23 +90,86 @@ absl::StatusOr<std::string> ReadConfigText(const std::string& path) {
     start = end + 1;
     ++line;
   }
-  return s;
+  return absl::OkStatus();
+}
+
+struct ConfigFile {
+  std::string path;
+  bool project;   // ./bnb.toml: whoever can write the working directory may have written it
+  bool required;  // BNB_CONFIG's: its absence is an error
+};
+
+// The values of every layer below Set(), and the error of a file that does not parse (*load_error).
+absl::flat_hash_map<std::string, ConfigEntry> ReadLayers(absl::Status* load_error) {
+  absl::flat_hash_map<std::string, ConfigEntry> values;
+  for (const KnobSpec& spec : AllKnobs()) values[spec.name] = ConfigEntry{&spec, spec.default_value, "default"};
+  std::vector<ConfigFile> files = {{UserConfigPath(), false, false}, {"bnb.toml", true, false}};
+  if (const char* explicit_file = std::getenv("BNB_CONFIG"); explicit_file && *explicit_file) {
+    files.push_back({explicit_file, false, true});
+  }
+  for (const ConfigFile& f : files) {
+    if (f.path.empty()) continue;
+    const std::string absolute = Absolute(f.path);
+    absl::StatusOr<std::string> text =
+        ReadTrustedFile(absolute, geteuid(), /*follow_symlink=*/true, kMaxConfigBytes);
+    if (absl::IsNotFound(text.status())) {
+      if (!f.required) continue;
+      *load_error = absl::InvalidArgumentError(absl::StrCat("BNB_CONFIG names ", f.path, ", which does not exist"));
+      return values;
+    }
+    if (!text.ok()) {
+      WarnOnce(absl::StrCat("config file ", absolute),
+               absl::StrCat("config file ", text.status().message(), ": it is not read (",
+                            f.required ? "though BNB_CONFIG names it; " : "",
+                            "a config file must be a regular file that only you can write)"));
+      continue;
+    }
+    if (absl::Status st = ParseConfig(f.path, *text, f.project, &values); !st.ok()) {
+      *load_error = std::move(st);
+      return values;
+    }
+  }
+  for (const KnobSpec& spec : AllKnobs()) {
+    const std::string env = KnobEnvName(spec.name);
+    const char* text = std::getenv(env.c_str());
+    if (!text) continue;
+    KnobValue v;
+    if (absl::Status st = ParseKnob(spec, text, &v); !st.ok()) {
+      Put(&values, Broken(spec, absl::InvalidArgumentError(
+                                    absl::StrCat("environment variable ", env, ": ", st.message()))));
+    } else {
+      Put(&values, ConfigEntry{&spec, v, absl::StrCat("env ", env)});
+    }
+  }
+  return values;
+}
+
+// One warning per broken setting of a knob that keeps its default rather than failing its readers.
+void WarnOfDefaults(const absl::flat_hash_map<std::string, ConfigEntry>& values) {
+  for (const KnobSpec& spec : AllKnobs()) {
+    const absl::Status& error = values.at(std::string(spec.name)).error;
+    if (error.ok() || BrokenSettingFails(spec)) continue;
+    WarnOnce(absl::StrCat("broken ", spec.name, ": ", error.message()),
+             absl::StrCat(error.message(), "; ", spec.name, " keeps its default, ",
+                          KnobValueToString(spec.default_value), " (CPU work goes on: it does not read ",
+                          spec.name, ")"));
+  }
 }
 
 }  // namespace
 
 std::string XdgBnbDir(const char* var, const char* home_default) {
   if (const char* x = std::getenv(var); x && x[0] == '/') return absl::StrCat(x, "/bnb");
-  if (const char* h = std::getenv("HOME"); h && *h) return absl::StrCat(h, "/", home_default, "/bnb");
+  if (const char* h = std::getenv("HOME"); h && h[0] == '/') return absl::StrCat(h, "/", home_default, "/bnb");
   return "";
 }
 
-absl::Status ParseConfigFile(const std::string& path, absl::flat_hash_map<std::string, ConfigEntry>* out) {
-  absl::StatusOr<std::string> text = ReadConfigText(path);
-  if (!text.ok()) return text.status();
+absl::Status ParseConfig(const std::string& path, const std::string& text, bool project_file,
+                         absl::flat_hash_map<std::string, ConfigEntry>* out) {
+  if (absl::Status st = CheckLineLengths(path, text); !st.ok()) return st;
   toml::table root;
   try {
-    root = toml::parse(*text, path);
+    root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     return absl::InvalidArgumentError(absl::StrCat(Where(path, e.source()), ": ", std::string(e.description())));
   }
@@ -122,10 +193,27 @@ absl::Status ParseConfigFile(const std::string& path, absl::flat_hash_map<std::s
         return absl::InvalidArgumentError(absl::StrCat(Where(path, key.source()), ": unknown key '", name,
                                                        "' (python -m bnb config lists every key)"));
       }
+      const std::string line = absl::StrCat(path, ":", value.source().begin.line);
+      if (project_file && spec->loads_code) {
+        const std::string user_file = UserConfigPath();
+        WarnOnce(absl::StrCat("project ", Absolute(path), " sets ", name),
+                 absl::StrCat(line, ": ", name, " is ignored: it names code to load, which a project's bnb.toml ",
+                              "may not choose (whoever can write this directory would choose what runs). Set it in ",
+                              user_file.empty() ? "your own config file" : user_file, ", the file BNB_CONFIG names, ",
+                              KnobEnvName(name), " or bnb.config.set"));
+        ConfigEntry& slot = (*out)[name];
+        if (slot.spec == nullptr) slot = ConfigEntry{spec, spec->default_value, "default"};
+        absl::StrAppend(&slot.source, " (", line, " ignored: a project file may not name code to load)");
+        continue;
+      }
       absl::StatusOr<KnobValue> v = TomlValue(*spec, value);
       absl::Status st = v.ok() ? ValidateKnob(*spec, *v) : v.status();
-      if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(Where(path, value.source()), ": ", st.message()));
-      (*out)[name] = ConfigEntry{spec, *v, absl::StrCat(path, ":", value.source().begin.line)};
+      if (!st.ok()) {
+        Put(out, Broken(*spec, absl::InvalidArgumentError(absl::StrCat(Where(path, value.source()), ": ",
+                                                                       st.message()))));
+      } else {
+        Put(out, ConfigEntry{spec, *v, line});
+      }
     }
   }
   return absl::OkStatus();
@@ -137,42 +225,19 @@ Config& Config::Global() {
 }
 
 absl::Status Config::Reload() {
-  absl::flat_hash_map<std::string, ConfigEntry> values;
-  for (const KnobSpec& spec : AllKnobs()) values[spec.name] = ConfigEntry{&spec, spec.default_value, "default"};
-
-  std::vector<std::string> files;
-  for (const std::string& path : {UserConfigPath(), std::string("bnb.toml")}) {
-    absl::StatusOr<bool> there = ConfigFileAt(path);
-    if (!there.ok()) return there.status();
-    if (*there) files.push_back(path);
+  absl::Status load_error;
+  absl::flat_hash_map<std::string, ConfigEntry> values = ReadLayers(&load_error);
+  const absl::Status problems = AllProblems(load_error, values);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!problems.ok() && loaded_) return problems;  // the values in force stay
+    loaded_values_ = values;
+    load_error_ = load_error;
+    loaded_ = true;
+    ++generation_;
   }
-  if (const char* explicit_file = std::getenv("BNB_CONFIG"); explicit_file && *explicit_file) {
-    absl::StatusOr<bool> there = ConfigFileAt(explicit_file);
-    if (!there.ok()) return absl::InvalidArgumentError(absl::StrCat("BNB_CONFIG: ", there.status().message()));
-    if (!*there) {
-      return absl::InvalidArgumentError(absl::StrCat("BNB_CONFIG names ", explicit_file, ", which does not exist"));
-    }
-    files.push_back(explicit_file);
-  }
-  for (const std::string& f : files) {
-    if (absl::Status st = ParseConfigFile(f, &values); !st.ok()) return st;
-  }
-  for (const KnobSpec& spec : AllKnobs()) {
-    const std::string env = KnobEnvName(spec.name);
-    const char* text = std::getenv(env.c_str());
-    if (!text) continue;
-    KnobValue v;
-    if (absl::Status st = ParseKnob(spec, text, &v); !st.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("environment variable ", env, ": ", st.message()));
-    }
-    values[spec.name] = ConfigEntry{&spec, v, absl::StrCat("env ", env)};
-  }
-
-  std::lock_guard<std::mutex> lock(mu_);
-  loaded_values_ = std::move(values);
-  loaded_ = true;
-  ++generation_;
-  return absl::OkStatus();
+  if (load_error.ok()) WarnOfDefaults(values);
+  return problems;
 }
 
 absl::Status Config::EnsureLoaded() {
@@ -180,13 +245,20 @@ absl::Status Config::EnsureLoaded() {
     std::lock_guard<std::mutex> lock(mu_);
     if (loaded_) return absl::OkStatus();
   }
-  return Reload();  // two threads racing here both load the same files; the last one wins, harmlessly
+  // Whatever it found is in force now, problems included: each read reports its own. Two threads racing here
+  // both read the same files; the first one's values stay.
+  Reload().IgnoreError();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ConfigEntry> Config::GetLocked(absl::string_view name) {
+  if (!load_error_.ok()) return load_error_;
   const std::string key(name);
   if (auto it = runtime_values_.find(key); it != runtime_values_.end()) return it->second;
-  if (auto it = loaded_values_.find(key); it != loaded_values_.end()) return it->second;
+  if (auto it = loaded_values_.find(key); it != loaded_values_.end()) {
+    if (!it->second.error.ok() && BrokenSettingFails(*it->second.spec)) return it->second.error;
+    return it->second;
+  }
   return UnknownKey(name);
 }
 
@@ -212,6 +284,25 @@ absl::StatusOr<std::string> Config::GetString(absl::string_view name) {
   absl::StatusOr<ConfigEntry> e = Get(name);
   if (!e.ok()) return e.status();
   return std::get<std::string>(e->value);
+}
+
+absl::Status Config::SettingStatus(absl::string_view name) {
+  if (!FindKnob(name)) return UnknownKey(name);
+  if (absl::Status st = EnsureLoaded(); !st.ok()) return st;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!load_error_.ok()) return load_error_;
+  if (runtime_values_.contains(name)) return absl::OkStatus();
+  return loaded_values_.at(name).error;
+}
+
+absl::Status Config::FailingProblem() {
+  if (absl::Status st = EnsureLoaded(); !st.ok()) return st;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const KnobSpec& spec : AllKnobs()) {
+    if (!BrokenSettingFails(spec)) continue;
+    if (absl::StatusOr<ConfigEntry> e = GetLocked(spec.name); !e.ok()) return e.status();
+  }
+  return load_error_;
 }
 
 absl::Status Config::Set(absl::string_view name, const KnobValue& value) {

@@ -20,6 +20,9 @@ absl::StatusOr<CpuSettings> CurrentCpuSettings() {
     std::lock_guard<std::mutex> lock(apply_mu);
     const uint64_t generation = config.generation();
     if (applied_generation.load(std::memory_order_acquire) != generation) {
+      // Any broken cpu knob fails CPU work, also one read elsewhere (cpu.huge_pages); a broken cache or CUDA
+      // knob does not (config.h).
+      if (absl::Status st = config.FailingProblem(); !st.ok()) return st;
       absl::StatusOr<std::string> isa = config.GetString("cpu.isa");
       if (!isa.ok()) return isa.status();
       if (absl::Status st = SetIsaCap(*isa); !st.ok()) return st;

@@ -3,12 +3,25 @@
 #include <limits>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "bnb/core/cpu_isa.h"
 
 namespace bnb::core {
+namespace {
+
+// A relative path would name another file in every working directory, and "~" is not expanded here (a literal
+// ./~ directory invites a fatal `rm -rf ~`).
+absl::Status ExpectAbsolutePath(absl::string_view knob, const std::string& path) {
+  return path.empty() || path[0] == '/'
+             ? absl::OkStatus()
+             : absl::InvalidArgumentError(
+                   absl::StrCat(knob, ": expected an absolute path (~ is not expanded), got '", path, "'"));
+}
+
+}  // namespace
 
 const std::vector<KnobSpec>& AllKnobs() {
   static const std::vector<KnobSpec> knobs = {
@@ -31,25 +44,19 @@ const std::vector<KnobSpec>& AllKnobs() {
                           "cuda.threads_per_block: expected 0 or a power of two in [32, 1024], got ", t));
        }},
       {"cuda.nvrtc_path", KnobType::kString, std::string(""), 0, 0,
-       "libnvrtc to open; empty tries the nvidia-cuda-nvrtc wheel's, libnvrtc.so.13/.so.12 on the library path, "
-       "then $CUDA_HOME/lib64. Read when NVRTC is first opened: a later change needs a new process"},
+       "libnvrtc to open, an absolute path; empty tries the nvidia-cuda-nvrtc wheel's, libnvrtc.so.13/.so.12 on the "
+       "library path, then $CUDA_HOME/lib64. Read when NVRTC is first opened: a later change needs a new process",
+       false, nullptr, /*loads_code=*/true},
       {"cache.dir", KnobType::kString, std::string(""),  0, 0,
        "directory for compiled kernels (absolute); empty means $XDG_CACHE_HOME/bnb/kernels or ~/.cache/bnb/kernels",
        false,
-       [](const KnobValue& v) {
-         // A relative path would name another cache in every working directory, and "~" is not expanded here
-         // (a literal ./~ directory invites a fatal `rm -rf ~`).
-         const std::string& d = std::get<std::string>(v);
-         return d.empty() || d[0] == '/'
-                    ? absl::OkStatus()
-                    : absl::InvalidArgumentError(absl::StrCat(
-                                                "cache.dir: expected an absolute path (~ is not expanded), got '", d,
-                                                "'"));
-       }},
+       [](const KnobValue& v) { return ExpectAbsolutePath("cache.dir", std::get<std::string>(v)); }},
       {"cache.enabled", KnobType::kBool, true, 0, 0, "keep compiled kernels on disk between processes"},
   };
   return knobs;
 }
+
+bool BrokenSettingFails(const KnobSpec& spec) { return absl::StartsWith(spec.name, "cpu."); }
 
 const KnobSpec* FindKnob(absl::string_view name) {
   for (const KnobSpec& k : AllKnobs()) {
@@ -95,6 +102,9 @@ absl::Status ValidateKnob(const KnobSpec& spec, const KnobValue& v) {
       return absl::InvalidArgumentError(
           absl::StrCat(spec.name, ": expected an integer in [", spec.min, ", ", spec.max, "], got ", i));
     }
+  }
+  if (spec.loads_code) {
+    if (absl::Status st = ExpectAbsolutePath(spec.name, std::get<std::string>(v)); !st.ok()) return st;
   }
   return spec.validate ? spec.validate(v) : absl::OkStatus();
 }

@@ -1,5 +1,5 @@
-// Every tuning knob bnb has, declared once: name, type, default, allowed values, one-line doc, and whether it
-// changes generated kernel code (such knobs are part of kernel cache keys).
+// Every tuning knob bnb has, declared once: name, type, default, allowed values, one-line doc, whether it
+// changes generated kernel code (such knobs are part of kernel cache keys), and whether it names code to load.
 #pragma once
 
 #include <cstdint>
@@ -26,9 +26,17 @@ struct KnobSpec {
   bool shapes_code = false;
   // Extra check for values of the right type and range (e.g. a known instruction set); may be null.
   absl::Status (*validate)(const KnobValue&) = nullptr;
+  // The value names code bnb loads (a library to dlopen): it must be an absolute path, and a project's ./bnb.toml
+  // may not set it (whoever can write the working directory would choose what runs); see config.h.
+  bool loads_code = false;
 };
 
 const std::vector<KnobSpec>& AllKnobs();
+
+// Whether a broken setting of the knob (a bad value in a file or the environment) fails what reads it: the cpu
+// knobs', as CPU work must not run otherwise than configured. Every other knob serves the kernel cache or CUDA,
+// which CPU work never uses: a broken one gives a warning and its default instead, so it cannot stop CPU work.
+bool BrokenSettingFails(const KnobSpec& spec);
 
 // nullptr when no knob has that name.
 const KnobSpec* FindKnob(absl::string_view name);

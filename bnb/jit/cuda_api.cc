@@ -103,8 +103,11 @@ std::string& FallbackNvrtcPath() {
 absl::StatusOr<Nvrtc> OpenNvrtc() {
   std::vector<std::string> candidates;
   // A path the user set is the only candidate: falling back past a typo would silently load another NVRTC.
+  // A broken setting of the knob has its default (with a warning); a config file that does not parse fails here
+  // as everywhere (the failure is not kept: GetNvrtc).
   const absl::StatusOr<core::ConfigEntry> knob = core::Config::Global().Get("cuda.nvrtc_path");
-  const bool from_knob = knob.ok() && !std::get<std::string>(knob->value).empty();
+  if (!knob.ok()) return knob.status();
+  const bool from_knob = !std::get<std::string>(knob->value).empty();
   if (from_knob) {
     candidates.push_back(std::get<std::string>(knob->value));
   } else {

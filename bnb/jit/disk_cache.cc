@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bnb/core/config.h"
+#include "bnb/core/trust.h"
 #include "bnb/jit/sha256.h"
 
 namespace bnb::jit {
@@ -46,20 +47,6 @@ uint64_t GetLE(absl::string_view s, size_t at, int bytes) {
 }
 
 std::string ErrnoText(int err) { return absl::StrCat(std::strerror(err), " (errno ", err, ")"); }
-
-// mkdir -p with mode 0700 for every directory it creates.
-bool MakeDirs(const std::string& path, std::string* error) {
-  if (path.empty()) return false;
-  for (size_t pos = 1; pos <= path.size(); ++pos) {
-    if (pos != path.size() && path[pos] != '/') continue;
-    const std::string part = path.substr(0, pos);
-    if (mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) {
-      *error = absl::StrCat("cannot create ", part, ": ", ErrnoText(errno));
-      return false;
-    }
-  }
-  return true;
-}
 
 // Names this cache writes, and nothing else: `cache clear` must never delete a user's file that merely ends in
 // .bnbk, were cache.dir pointed at their home.
@@ -169,19 +156,9 @@ void DiskCache::Prepare() {
                                      "to silence this."));
   };
   if (d.empty()) return disable("neither XDG_CACHE_HOME nor HOME is set and cache.dir is empty");
-  std::string error;
-  if (!MakeDirs(d, &error)) return disable(error);
-  struct stat st;
-  if (stat(d.c_str(), &st) != 0) return disable(absl::StrCat("cannot stat ", d, ": ", ErrnoText(errno)));
-  if (!S_ISDIR(st.st_mode)) return disable(absl::StrCat(d, " is not a directory"));
-  if (st.st_uid != Owner()) {
-    return disable(absl::StrCat(d, " is owned by uid ", st.st_uid, ", not by the current user (uid ", Owner(),
-                                ")"));
-  }
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return disable(absl::StrCat(d, " is writable by group or others (mode ", absl::StrFormat("%04o", st.st_mode & 07777),
-                                "); run chmod 700 on it"));
-  }
+  // Every directory on the way is checked too: one another user controls (or a symlink they planted) could
+  // swap the cache for theirs, and with it the kernels this process loads.
+  if (absl::Status st = core::MakeTrustedDir(d, Owner()); !st.ok()) return disable(std::string(st.message()));
   if (access(d.c_str(), W_OK | X_OK) != 0) return disable(absl::StrCat(d, " is not writable: ", ErrnoText(errno)));
   dir_ = d;
 }
@@ -195,50 +172,17 @@ std::string DiskCache::PathFor(const std::string& key) const { return absl::StrC
 std::optional<Binary> DiskCache::Load(const std::string& key) {
   if (dir().empty()) return std::nullopt;
   const std::string path = PathFor(key);
-  // O_NONBLOCK: a FIFO planted under a key's name would block open() forever; fstat then rejects it.
-  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    if (errno != ENOENT) {
-      warner_.Warn("open", absl::StrCat("cannot read kernel cache file ", path, ": ", ErrnoText(errno),
-                                        "; recompiling"));
-    }
+  absl::StatusOr<std::string> bytes = core::ReadTrustedFile(path, Owner(), /*follow_symlink=*/false, kMaxFileSize);
+  if (absl::IsNotFound(bytes.status())) return std::nullopt;
+  if (!bytes.ok()) {
+    warner_.Warn("unsafe", absl::StrCat("kernel cache file ", bytes.status().message(),
+                                        "; it is not loaded: the kernel is recompiled and the file replaced"));
     return std::nullopt;
   }
-  struct stat st;
-  std::string bytes;
-  std::string problem;
-  if (fstat(fd, &st) != 0) {
-    problem = absl::StrCat("fstat failed: ", ErrnoText(errno));
-  } else if (!S_ISREG(st.st_mode)) {
-    problem = "not a regular file";
-  } else if (st.st_uid != Owner()) {
-    problem = absl::StrCat("owned by uid ", st.st_uid, ", not the current user");
-  } else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    problem = "writable by group or others";
-  } else if (st.st_size > kMaxFileSize) {
-    problem = absl::StrCat("implausibly large (", st.st_size, " bytes)");
-  } else {
-    bytes.resize(static_cast<size_t>(st.st_size));
-    size_t got = 0;
-    while (got < bytes.size()) {
-      const ssize_t r = read(fd, &bytes[got], bytes.size() - got);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
-      got += static_cast<size_t>(r);
-    }
-    if (got != bytes.size()) problem = absl::StrCat("short read (", got, " of ", bytes.size(), " bytes)");
-  }
-  close(fd);
-  if (problem.empty()) {
-    absl::StatusOr<Binary> b = DecodeCacheFile(key, bytes);
-    if (b.ok()) return *std::move(b);
-    problem = std::string(b.status().message());
-    warner_.Warn("corrupt", absl::StrCat("kernel cache file ", path, " is damaged (", problem,
-                                         "); it is ignored, recompiled and replaced"));
-    return std::nullopt;
-  }
-  warner_.Warn("unsafe", absl::StrCat("kernel cache file ", path, " is not loaded: ", problem,
-                                      "; the kernel is recompiled and the file replaced"));
+  absl::StatusOr<Binary> b = DecodeCacheFile(key, *bytes);
+  if (b.ok()) return *std::move(b);
+  warner_.Warn("corrupt", absl::StrCat("kernel cache file ", path, " is damaged (", b.status().message(),
+                                       "); it is ignored, recompiled and replaced"));
   return std::nullopt;
 }
 

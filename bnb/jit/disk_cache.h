@@ -1,13 +1,14 @@
 // The on-disk kernel cache: one file per key, safe against other users, concurrent processes and corruption.
 //
 // Safety rules:
-//   - The directory is created with mode 0700. A directory that is not a directory, not owned by the current
-//     user, writable by group or others, or not writable by us disables the disk cache (one warning); kernels are
-//     then compiled and kept in memory only.
+//   - The directory is created with mode 0700. A directory that another user controls, on its path too (see
+//     core::MakeTrustedDir: a directory on the way owned by another user than the current one or root, or
+//     writable by group or others without the sticky bit; a symlink another user owns), or that is not writable
+//     by us, disables the disk cache (one warning naming it); kernels are then compiled and kept in memory only.
 //   - A file is loaded only when it is a regular file (not a symlink) owned by the current user and not writable
-//     by group or others, and its header checks out (magic, format version, key, payload length, SHA-256 of the
-//     payload). Anything else is a miss (one warning per kind of problem); the caller recompiles and Store()
-//     replaces the file.
+//     by group or others (core::ReadTrustedFile), and its header checks out (magic, format version, key, payload
+//     length, SHA-256 of the payload). Anything else is a miss (one warning per kind of problem); the caller
+//     recompiles and Store() replaces the file.
 //   - Store() writes a temp file with a unique name (pid, thread, counter) in the cache directory itself, fsyncs
 //     and closes it, then renames it into place: readers never see half a file, and concurrent writers of the same
 //     key all succeed (the last rename wins; all wrote the same bytes).

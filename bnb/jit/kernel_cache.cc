@@ -225,10 +225,10 @@ void KernelCache::ResetStats() {
 
 absl::Status KernelCache::DiskSettingsStatus() {
   if (options_.disk.has_value()) return absl::OkStatus();
+  // Not the defaults Disk() falls back to: `cache clear` must not empty the default cache when cache.dir is wrong.
   core::Config& config = core::Config::Global();
-  if (absl::StatusOr<std::string> dir = config.GetString("cache.dir"); !dir.ok()) return dir.status();
-  if (absl::StatusOr<bool> enabled = config.GetBool("cache.enabled"); !enabled.ok()) return enabled.status();
-  return absl::OkStatus();
+  if (absl::Status st = config.SettingStatus("cache.dir"); !st.ok()) return st;
+  return config.SettingStatus("cache.enabled");
 }
 
 absl::StatusOr<std::vector<CacheFileInfo>> KernelCache::ListDisk() {

@@ -82,7 +82,7 @@ class KernelCache {
     std::shared_ptr<const Binary> binary;
   };
   std::shared_ptr<DiskCache> Disk();
-  // The cache.dir and cache.enabled knobs' read errors, if any (Disk() warns and falls back instead).
+  // What is wrong with the cache.dir and cache.enabled settings, if anything (Disk() uses the defaults instead).
   absl::Status DiskSettingsStatus();
 
   KernelCacheOptions options_;

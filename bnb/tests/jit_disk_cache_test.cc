@@ -328,6 +328,63 @@ TEST_F(JitCacheTest, DirOwnedByAnotherUserIsNotUsed) {
   EXPECT_EQ(cache->GetStats().compiles, 1);
 }
 
+// A directory on the way that others may write (without the sticky bit) lets them swap what lies below it: the
+// cache is refused, naming that directory, and nothing is created in it.
+TEST_F(JitCacheTest, WorldWritableDirOnTheWayIsNotUsed) {
+  const std::string shared = root_ + "/shared";
+  ASSERT_EQ(std::system(("mkdir -p '" + shared + "'").c_str()), 0);
+  ASSERT_EQ(chmod(shared.c_str(), 0777), 0);
+  dir_ = shared + "/bnb/kernels";
+  auto cache = NewCache();
+  ASSERT_TRUE(cache->GetBinary(Spec()).ok());
+  EXPECT_TRUE(Warned(shared + " (for " + dir_ + ") is writable by group or others without the sticky bit (mode 0777)"))
+      << (Warnings().empty() ? "no warning" : Warnings()[0]);
+  EXPECT_EQ(Warnings().size(), 1u);
+  EXPECT_TRUE(DirEntries(shared).empty()) << "nothing is created in it";
+  EXPECT_EQ(cache->DiskDir(), "");
+}
+
+// The attack: XDG_CACHE_HOME in a directory others can write, where one of them planted bnb -> their directory.
+TEST_F(JitCacheTest, PlantedSymlinkUnderAWritableXdgCacheHomeIsNotFollowed) {
+  const std::string xdg = root_ + "/xdg", theirs = root_ + "/theirs";
+  ASSERT_EQ(std::system(("mkdir -p '" + xdg + "' '" + theirs + "/kernels'").c_str()), 0);
+  ASSERT_EQ(chmod(xdg.c_str(), 0777), 0);
+  ASSERT_EQ(symlink(theirs.c_str(), (xdg + "/bnb").c_str()), 0);
+  const char* saved = std::getenv("XDG_CACHE_HOME");
+  const std::string saved_value = saved ? saved : "";
+  setenv("XDG_CACHE_HOME", xdg.c_str(), 1);
+  dir_ = "";  // the default directory: $XDG_CACHE_HOME/bnb/kernels
+  auto cache = NewCache();
+  ASSERT_TRUE(cache->GetBinary(Spec()).ok());
+  saved ? setenv("XDG_CACHE_HOME", saved_value.c_str(), 1) : unsetenv("XDG_CACHE_HOME");
+  EXPECT_TRUE(Warned(xdg + " (for " + xdg + "/bnb/kernels) is writable by group or others without the sticky bit"))
+      << (Warnings().empty() ? "no warning" : Warnings()[0]);
+  EXPECT_TRUE(DirEntries(theirs + "/kernels").empty()) << "nothing is written to their directory";
+  EXPECT_EQ(cache->DiskDir(), "");
+}
+
+// What is everyday stays usable: a sticky world-writable directory on the way (a cache under /tmp), and a symlink
+// of the user's own (a home reached through a link), whose target is checked in turn.
+TEST_F(JitCacheTest, StickyDirsAndOwnSymlinksOnTheWayAreUsed) {
+  const std::string sticky = root_ + "/tmp", real = root_ + "/real";
+  ASSERT_EQ(std::system(("mkdir -p '" + sticky + "' '" + real + "'").c_str()), 0);
+  ASSERT_EQ(chmod(sticky.c_str(), 01777), 0);
+  ASSERT_EQ(symlink(real.c_str(), (sticky + "/link").c_str()), 0);
+  dir_ = sticky + "/link/kernels";
+  auto cache = NewCache();
+  ASSERT_TRUE(cache->GetBinary(Spec()).ok());
+  EXPECT_TRUE(Warnings().empty()) << Warnings()[0];
+  EXPECT_EQ(cache->DiskDir(), dir_);
+  EXPECT_EQ(DirEntries(real + "/kernels").size(), 1u);
+  // The link's target is checked as any path: one that others may write is refused.
+  ASSERT_EQ(chmod(real.c_str(), 0777), 0);
+  auto refused = NewCache();
+  ASSERT_TRUE(refused->GetBinary(Spec("64")).ok());
+  EXPECT_TRUE(Warned(real + " (for " + dir_ + ") is writable by group or others"))
+      << (Warnings().empty() ? "no warning" : Warnings()[0]);
+  EXPECT_EQ(refused->DiskDir(), "");
+}
+
 TEST_F(JitCacheTest, UnwritableDirWarnsAndCompiles) {
   if (geteuid() == 0) {
     GTEST_SKIP() << "running as root, whom mode 0500 does not stop from writing; the ownership and mode checks "
@@ -371,7 +428,7 @@ TEST_F(JitCacheTest, UnsafeFilesAreNotLoaded) {
     auto fourth = NewCache();
     ASSERT_TRUE(fourth->GetBinary(Spec()).ok());
     EXPECT_EQ(fourth->GetStats().disk_hits, 0);
-    EXPECT_TRUE(Warned("not the current user"));
+    EXPECT_TRUE(Warned("not by the current user"));
     ASSERT_EQ(stat(path.c_str(), &st), 0);
     EXPECT_EQ(st.st_uid, geteuid()) << "replaced by our own file";
   }
@@ -434,7 +491,7 @@ TEST_F(JitCacheTest, FileOwnedByAnotherUserIsNotLoaded) {
   auto second = NewCache();
   ASSERT_TRUE(second->GetBinary(Spec()).ok());
   EXPECT_EQ(second->GetStats().disk_hits, 0);
-  EXPECT_TRUE(Warned("not the current user"));
+  EXPECT_TRUE(Warned("not by the current user"));
 }
 
 TEST_F(JitCacheTest, WarmCompilesForAnArchWithoutAGpu) {

@@ -112,20 +112,19 @@ def test_cli_reports_a_bad_file_without_a_traceback(clean_env):
     assert "Traceback" not in run.stderr
 
 
-def test_odd_config_paths_are_errors_naming_them(clean_env, monkeypatch):
+def test_odd_config_paths_are_passed_over_with_a_warning(clean_env, monkeypatch, capfd):
     (clean_env / "bnb.toml").mkdir()
-    with pytest.raises(ValueError, match=r"config file bnb\.toml is not a regular file \(a directory\)"):
-        bnb.config.reload()
+    bnb.config.reload()
+    err = capfd.readouterr().err
+    assert f"config file {clean_env}/bnb.toml is a directory, not a regular file: it is not read" in err
     (clean_env / "bnb.toml").rmdir()
-    os.mkfifo(clean_env / "bnb.toml")  # opening it would wait for a writer forever
-    with pytest.raises(ValueError, match=r"config file bnb\.toml is not a regular file"):
-        bnb.config.reload()
-    (clean_env / "bnb.toml").unlink()
-    monkeypatch.setenv("BNB_CONFIG", str(clean_env / "missing.toml"))
+    os.mkfifo(clean_env / "fifo.toml")  # opening it would wait for a writer forever: it is opened non-blocking
+    monkeypatch.setenv("BNB_CONFIG", str(clean_env / "fifo.toml"))
+    bnb.config.reload()
+    err = capfd.readouterr().err
+    assert "fifo.toml is a FIFO, not a regular file: it is not read (though BNB_CONFIG names it" in err
+    monkeypatch.setenv("BNB_CONFIG", str(clean_env / "missing.toml"))  # a typo in the name stays an error
     with pytest.raises(ValueError, match=r"BNB_CONFIG names .*missing\.toml, which does not exist"):
-        bnb.config.reload()
-    monkeypatch.setenv("BNB_CONFIG", str(clean_env))
-    with pytest.raises(ValueError, match=r"BNB_CONFIG: config file .* is not a regular file \(a directory\)"):
         bnb.config.reload()
 
 
@@ -144,13 +143,110 @@ def test_set_names_the_knob_for_values_it_cannot_take(clean_env):
 
 def test_a_config_files_nvrtc_path_beats_the_detected_wheel(clean_env):
     # Importing bnb offers the nvidia-cuda-nvrtc wheel's library (where installed) below every config layer.
-    (clean_env / "bnb.toml").write_text('[cuda]\nnvrtc_path = "/opt/nv/libnvrtc.so"\n')
+    user = clean_env / "xdg" / "bnb" / "config.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text('[cuda]\nnvrtc_path = "/opt/nv/libnvrtc.so"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("BNB_")}
     code = ("import os, bnb; print(bnb.config.get('cuda.nvrtc_path'), bnb.config.source('cuda.nvrtc_path'), "
             "'BNB_CUDA_NVRTC_PATH' in os.environ)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env,
                          cwd=clean_env).stdout.split()
-    assert out == ["/opt/nv/libnvrtc.so", "bnb.toml:2", "False"]
+    assert out == ["/opt/nv/libnvrtc.so", f"{user}:2", "False"]
+
+
+def test_a_project_file_cannot_name_the_library_to_load(clean_env):
+    # Whoever can write the working directory would choose the code every bnb process there runs.
+    (clean_env / "bnb.toml").write_text('[cpu]\nthreads = 2\n[cuda]\nnvrtc_path = "/tmp/evil/libnvrtc.so"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BNB_")}
+    run = subprocess.run([sys.executable, "-m", "bnb", "config"], capture_output=True, text=True, env=env,
+                         cwd=clean_env)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.count("bnb.toml:4: cuda.nvrtc_path is ignored: it names code to load") == 1, run.stderr
+    rows = {line.split()[0]: line for line in run.stdout.splitlines()[1:]}
+    nvrtc = rows["cuda.nvrtc_path"]
+    assert '"" ' in nvrtc and "default (bnb.toml:4 ignored: a project file may not name code to load)" in nvrtc, nvrtc
+    assert " 2 " in rows["cpu.threads"] and "bnb.toml:2" in rows["cpu.threads"]  # the rest of the file applies
+    with pytest.raises(ValueError, match="cuda.nvrtc_path: expected an absolute path .*, got 'libnvrtc.so.12'"):
+        bnb.config.set("cuda.nvrtc_path", "libnvrtc.so.12")
+
+
+# Each case: what to put in the working directory d (x: the user's config home), the environment, and what stderr
+# must say. CPU ops never read a cache or CUDA knob, so a broken one, or a config file that is no regular file of
+# the user's alone, must not stop them: they run, and a warning says what was ignored. (Several in one process
+# keep the test fast: any one of them failing the op fails the case.)
+def _fifo_dir_loop(d, x):
+    os.mkfifo(d / "bnb.toml")  # a blocking open would wait for a writer forever
+    (x / "bnb" / "config.toml").mkdir(parents=True)
+    os.symlink("loop.toml", d / "loop.toml")
+
+
+def _group_writable(d, x):
+    (d / "bnb.toml").write_text("[cpu]\nthreads = 1\n")
+    (d / "bnb.toml").chmod(0o664)
+
+
+def _unreadable(d, x):
+    (d / "bnb.toml").write_text("")
+    (d / "bnb.toml").chmod(0)
+
+
+_PASSED_OVER = {
+    "broken_cache_and_cuda_knobs": (
+        lambda d, x: (d / "bnb.toml").write_text("[cache]\nenabled = 1\n"),
+        {"BNB_CACHE_DIR": "rel/kernels", "BNB_CUDA_THREADS_PER_BLOCK": "48", "BNB_CUDA_NVRTC_PATH": "libnvrtc.so.12"},
+        ["environment variable BNB_CACHE_DIR: cache.dir: expected an absolute path (~ is not expanded), got "
+         "'rel/kernels'; cache.dir keeps its default",
+         "cuda.threads_per_block: expected 0 or a power of two in [32, 1024], got 48",
+         "cuda.nvrtc_path: expected an absolute path (~ is not expanded), got 'libnvrtc.so.12'",
+         "bnb.toml:2:11: cache.enabled: expected a boolean, got 1; cache.enabled keeps its default"]),
+    "cache_enabled_maybe": (None, {"BNB_CACHE_ENABLED": "maybe"},
+                            ['BNB_CACHE_ENABLED: cache.enabled: expected true/false (or 1/0, yes/no), got "maybe"']),
+    "fifo_directory_loop": (_fifo_dir_loop, {"BNB_CONFIG": "loop.toml"},
+                            ["bnb.toml is a FIFO, not a regular file: it is not read",
+                             "bnb/config.toml is a directory, not a regular file",
+                             "loop.toml cannot be opened: Too many levels of symbolic links"]),
+    "group_writable": (_group_writable, {}, ["bnb.toml is writable by group or others (mode 0664): it is not read"]),
+}
+if os.geteuid() != 0:  # root reads a file of mode 0000 all the same; the symlink loop above cannot be opened by any
+    _PASSED_OVER["unreadable"] = (_unreadable, {}, ["bnb.toml cannot be opened: Permission denied"])
+# A broken cpu setting, or a file that does not parse, still fails CPU ops with its message.
+_FAILING = {
+    "cpu_knob": (None, {"BNB_CPU_HUGE_PAGES": "maybe"},
+                 ['environment variable BNB_CPU_HUGE_PAGES: cpu.huge_pages: expected true/false (or 1/0, yes/no), '
+                  'got "maybe"']),
+    "syntax_error": (lambda d, x: (d / "bnb.toml").write_text("[cpu]\nthreads = 1\n[cache\n"), {}, ["bnb.toml:3:"]),
+}
+
+
+def test_cpu_ops_run_under_broken_cache_settings_and_config_files_they_pass_over(tmp_path):
+    code = ("import torch, bnb\n"
+            "q, _ = torch.ops.bnb.quantize_blockwise(torch.randn(256), bnb.functional.create_dynamic_map(), 64)\n"
+            "print('quantized', q.shape[0])")
+    runs = {}
+    try:
+        for name, (prepare, env_vars, _) in {**_PASSED_OVER, **_FAILING}.items():  # all at once: each is a new process
+            cwd, xdg = tmp_path / name, tmp_path / f"{name}-xdg"
+            cwd.mkdir()
+            xdg.mkdir()
+            if prepare:
+                prepare(cwd, xdg)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("BNB_")}
+            env.update(XDG_CONFIG_HOME=str(xdg), **env_vars)
+            runs[name] = subprocess.Popen([sys.executable, "-c", code], cwd=cwd, env=env, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for name, run in runs.items():
+            out, err = run.communicate(timeout=120)  # a config file that blocked its reader would end here
+            wanted = {**_PASSED_OVER, **_FAILING}[name][2]
+            if name in _FAILING:
+                assert run.returncode != 0 and "quantized" not in out and wanted[0] in err, (name, out, err)
+                continue
+            assert run.returncode == 0 and out.strip() == "quantized 256", (name, out, err)
+            for want in wanted:
+                assert err.count(want) == 1, (name, want, err)  # warned, once
+    finally:
+        for run in runs.values():
+            if run.poll() is None:
+                run.kill()
 
 
 def test_bytes_that_are_not_utf8_neither_crash_nor_vanish(clean_env, monkeypatch):
