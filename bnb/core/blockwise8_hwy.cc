@@ -260,7 +260,7 @@ void QuantizeBf16Pipelined(const uint16_t* x, const Coder& coder, const Blockwis
       }
       // The range's last block may end inside a chunk.
       for (int64_t k = i_chunks * kChunk; k < i_hi - i_lo; ++k) {
-        ij[k] = static_cast<uint16_t>(Bf16Codes::Index(i_bits, rows, x[i_lo + k]));
+        ij[k] = static_cast<uint16_t>(Bf16Codes::Index(i_bits, rows, LoadElement<uint16_t>(x, i_lo + k)));
       }
       if (l_chunks * kChunk < l_hi - l_lo) {
         const int64_t done = l_chunks * kChunk;
@@ -268,7 +268,9 @@ void QuantizeBf16Pipelined(const uint16_t* x, const Coder& coder, const Blockwis
       }
       if (a_lo == a_hi) continue;
       int16_t bits = hn::GetLane(hn::MaxOfLanes(d16, vmax));
-      for (int64_t k = a_chunks * kChunk; k < a_hi - a_lo; ++k) bits = std::max<int16_t>(bits, xa[k] & 0x7FFF);
+      for (int64_t k = a_chunks * kChunk; k < a_hi - a_lo; ++k) {
+        bits = std::max<int16_t>(bits, LoadElement<int16_t>(xa, k) & 0x7FFF);
+      }
       const float amax = AbsmaxFromBits(DType::kBFloat16, bits);
       absmax[a_lo / bs] = amax;
       amax_bits[ga][j] = Bf16Codes::AbsmaxBits(amax);
@@ -526,7 +528,7 @@ void DequantizeBlocksByTable(const uint8_t* codes, const float* absmax, const Pr
       StoreTableOutputs16<kStream>(outputs, codes + i + 16, o + i + 16);
     }
     for (; i + 16 <= hi; i += 16) StoreTableOutputs16<kStream>(outputs, codes + i, o + i);
-    for (; i < hi; ++i) o[i] = outputs[codes[i]];
+    for (; i < hi; ++i) StoreElement<uint16_t>(o, i, outputs[codes[i]]);
   }
 }
 #endif

@@ -37,21 +37,34 @@ inline uint16_t FloatToBF16(float f) {
 float HalfToFloat(uint16_t h);
 uint16_t FloatToHalf(float f);
 
+// Element i of a T buffer at `base`, which need not be aligned to T (a view may start at any byte): memcpy, which
+// compiles to a plain load or store.
+template <class T>
+inline T LoadElement(const void* base, int64_t i) {
+  T v;
+  std::memcpy(&v, static_cast<const char*>(base) + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return v;
+}
+template <class T>
+inline void StoreElement(void* base, int64_t i, T v) {
+  std::memcpy(static_cast<char*>(base) + i * static_cast<int64_t>(sizeof(T)), &v, sizeof(T));
+}
+
 // Element i of a buffer of `dtype`, widened to float; and the reverse, rounding to nearest even.
 inline float LoadAsFloat(DType dtype, const void* x, int64_t i) {
   switch (dtype) {
-    case DType::kFloat32: return static_cast<const float*>(x)[i];
-    case DType::kFloat16: return HalfToFloat(static_cast<const uint16_t*>(x)[i]);
-    case DType::kBFloat16: return BF16ToFloat(static_cast<const uint16_t*>(x)[i]);
+    case DType::kFloat32: return LoadElement<float>(x, i);
+    case DType::kFloat16: return HalfToFloat(LoadElement<uint16_t>(x, i));
+    case DType::kBFloat16: return BF16ToFloat(LoadElement<uint16_t>(x, i));
   }
   return 0.0f;
 }
 
 inline void StoreFromFloat(DType dtype, void* out, int64_t i, float v) {
   switch (dtype) {
-    case DType::kFloat32: static_cast<float*>(out)[i] = v; break;
-    case DType::kFloat16: static_cast<uint16_t*>(out)[i] = FloatToHalf(v); break;
-    case DType::kBFloat16: static_cast<uint16_t*>(out)[i] = FloatToBF16(v); break;
+    case DType::kFloat32: StoreElement<float>(out, i, v); break;
+    case DType::kFloat16: StoreElement<uint16_t>(out, i, FloatToHalf(v)); break;
+    case DType::kBFloat16: StoreElement<uint16_t>(out, i, FloatToBF16(v)); break;
   }
 }
 

@@ -131,7 +131,7 @@ HWY_INLINE float BlockAbsmax(const void* x, int64_t lo, int64_t hi) {
   auto vmax = hn::Zero(d);
   for (int64_t i = lo; i < vec_end; i += N) vmax = hn::Max(vmax, hn::And(hn::LoadU(d, p + i), mask));
   T bits = hn::GetLane(hn::MaxOfLanes(d, vmax));
-  for (int64_t i = vec_end; i < hi; ++i) bits = std::max(bits, static_cast<T>(p[i] & kMagnitude));
+  for (int64_t i = vec_end; i < hi; ++i) bits = std::max(bits, static_cast<T>(LoadElement<T>(x, i) & kMagnitude));
   return AbsmaxFromBits(kT, bits);
 }
 
@@ -165,7 +165,8 @@ struct Bf16IndexRule {
 #if HWY_TARGET == HWY_SCALAR
     // In 16-bit arithmetic, which GCC packs across a chunk's unrolled calls into SSE2 code; Highway's one-lane
     // SaturatedSub it widened to 32 bits (8-bit bfloat16 quantize 0.53 -> 0.64 ns per element; this: 0.55).
-    const uint16_t m = static_cast<uint16_t>(x[0] << 1 | x[0] >> 15), b = hn::GetLane(bottom2);
+    const uint16_t x0 = LoadElement<uint16_t>(x, 0);
+    const uint16_t m = static_cast<uint16_t>(x0 << 1 | x0 >> 15), b = hn::GetLane(bottom2);
     const uint16_t d = static_cast<uint16_t>(m - b);
     index[0] = m >= b ? d : uint16_t{0};
     return;
@@ -342,7 +343,9 @@ class Bf16TableRun {
       if (prefetch) PrefetchElements<DType::kBFloat16>(x, i + kPrefetchAhead, N);
       rule.Store(x + i, index + (i - lo));
     }
-    for (; i < hi; ++i) index[i - lo] = static_cast<uint16_t>(Bf16Codes::Index(amax_bits, rows, x[i]));
+    for (; i < hi; ++i) {
+      index[i - lo] = static_cast<uint16_t>(Bf16Codes::Index(amax_bits, rows, LoadElement<uint16_t>(x, i)));
+    }
     blocks_[count_++] = Block{used_, hi - lo, table, out};
     used_ += hi - lo;
   }
