@@ -3,6 +3,7 @@
 import copy
 import io
 import json
+import logging
 import re
 import warnings
 
@@ -85,28 +86,34 @@ def test_compute_dtype_settled_by_first_call_as_in_bitsandbytes():
         assert first32(x32.bfloat16()).dtype == torch.bfloat16  # computed in float32, returned as the input
 
 
-def test_float16_input_with_float32_compute_warns_once(monkeypatch):
-    from bnb.nn import modules
-    monkeypatch.setattr(modules, "_FP16_WARNED", set())
-    _, layer = make_linear()
-    layer = layer.to("cpu")
+def test_float16_input_with_float32_compute_is_logged_as_bitsandbytes_logs_it(caplog):
+    # bitsandbytes' tests read these from the caplog of the module's logger, on each layer's first call.
     x = torch.randn(4, 128, dtype=torch.float16)
-    with pytest.warns(UserWarning, match="float16, but bnb_4bit_compute_dtype=torch.float32.*training") as caught:
-        with torch.no_grad():
-            y = layer(x)
-    assert caught[0].filename == __file__  # the user's line, not bnb's or torch.nn's
-    assert y.dtype == torch.float16 and layer.compute_dtype is None and layer.compute_type_is_set
-    _, again = make_linear()
-    again = again.to("cpu")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the batch warning came once already
-        with torch.no_grad():
-            again(x)
-    _, single = make_linear()
-    single = single.to("cpu")
-    with pytest.warns(UserWarning, match="slow inference\\.$"):
-        with torch.no_grad():
-            assert single(x[:1]).dtype == torch.float16
+    for rows, tail in ((4, "slow inference or training speed."), (1, "slow inference.")):
+        for _ in range(2):  # a second layer logs again, as in bitsandbytes
+            caplog.clear()
+            _, layer = make_linear()
+            layer = layer.to("cpu")
+            with caplog.at_level(logging.WARNING, logger="bnb.nn.modules"), warnings.catch_warnings():
+                warnings.simplefilter("error")  # through logging only, not warnings too
+                with torch.no_grad():
+                    y = layer(x[:rows])
+                    layer(x[:rows])  # settled: the second call logs nothing
+            assert [(r.name, r.levelno) for r in caplog.records] == [("bnb.nn.modules", logging.WARNING)]
+            assert caplog.messages[0] == ("Input type into Linear4bit is torch.float16, but bnb_4bit_compute_dtype="
+                                          f"torch.float32 (default). This will lead to {tail}")
+            assert y.dtype == torch.float16 and layer.compute_dtype is None and layer.compute_type_is_set
+
+
+def test_embedding_width_off_the_blocksize_is_logged_as_bitsandbytes_logs_it(caplog):
+    with caplog.at_level(logging.WARNING, logger="bnb.nn.modules"):
+        bnb.nn.EmbeddingNF4(10, 64)
+    assert caplog.records == []
+    with caplog.at_level(logging.WARNING, logger="bnb.nn.modules"):
+        bnb.nn.EmbeddingNF4(10, 65)
+    assert [r.name for r in caplog.records] == ["bnb.nn.modules"]
+    assert "Embedding size 65 is not divisible by block size 64" in caplog.messages[0]
+    assert "slow inference" in caplog.messages[0]
 
 
 def test_autograd_to_input_and_bias():

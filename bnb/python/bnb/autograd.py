@@ -74,8 +74,8 @@ def _matmul_kn(A, B, quant_state, bias):
     [N, K])."""
     if not torch.compiler.is_compiling():
         warnings.warn(f"matmul_4bit: weight was quantized from a [K, N] tensor (quant_state.shape="
-                      f"{list(quant_state.shape)}, A has {A.shape[-1]} columns). Quantize the weight in [N, K] "
-                      "(out_features, in_features) orientation; bitsandbytes will make this an error.",
+                      f"{list(quant_state.shape)}, A has {A.shape[-1]} columns). Re-quantize from the weight in "
+                      "[N, K] (out_features, in_features) orientation. This will be an error in a future version.",
                       DeprecationWarning, stacklevel=3)
     bias = None if bias is None else bias.to(A.dtype)
     return torch.nn.functional.linear(A, _weight(B, quant_state, A.dtype).t(), bias)

@@ -5,10 +5,8 @@ weight.quant_map, weight.nested_*, weight.quant_state.bitsandbytes__<type>)."""
 from __future__ import annotations
 
 import copy
+import logging
 import math
-import os
-import sys
-import warnings
 from typing import Any, Optional
 
 import torch
@@ -184,30 +182,19 @@ def _state_of(module: nn.Module) -> QuantState:
     return state
 
 
-_FP16_WARNED: set[bool] = set()
+# bitsandbytes reports its modules' performance advice through logging (bitsandbytes.nn.modules), where its tests
+# and users' log configuration look for it; ours goes to the logger named after this module.
+logger = logging.getLogger(__name__)
 
 
-def _warn_fp16_once(single_row: bool) -> None:
-    """bitsandbytes' warnings for float16 input to a float32-compute Linear4bit, each once per process (it does the
-    same through a global warnings filter, which we leave alone). Not while torch.compile traces: warnings.warn
-    would break its graph."""
-    if single_row in _FP16_WARNED or torch.compiler.is_compiling():
+def _log_fp16_input(single_row: bool) -> None:
+    """bitsandbytes' advice for float16 input to a float32-compute Linear4bit, on each layer's first call as there.
+    Not while torch.compile traces: a logging call would break its graph."""
+    if torch.compiler.is_compiling():
         return
-    _FP16_WARNED.add(single_row)
     slow = "slow inference." if single_row else "slow inference or training speed."
-    warnings.warn("Input type into Linear4bit is torch.float16, but bnb_4bit_compute_dtype=torch.float32 (default). "
-                  f"This will lead to {slow}", stacklevel=_caller_outside_bnb_and_torch_nn())
-
-
-def _caller_outside_bnb_and_torch_nn() -> int:
-    """The stacklevel of the first frame, from the caller up, that is neither bnb's nor torch.nn's own: a warning
-    then points at the user's line (layer(x)), not at how many torch frames a call happens to pass through."""
-    skip = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # the bnb package
-            os.path.dirname(os.path.abspath(nn.modules.module.__file__)))
-    frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(skip):
-        frame, level = frame.f_back, level + 1
-    return level
+    logger.warning("Input type into Linear4bit is torch.float16, but bnb_4bit_compute_dtype=torch.float32 (default). "
+                   f"This will lead to {slow}")
 
 
 class _Quantized4bitModule:
@@ -306,7 +293,7 @@ class Linear4bit(_Quantized4bitModule, nn.Linear):
         if x.dtype in (torch.float32, torch.bfloat16):
             self.compute_dtype = x.dtype
         elif x.dtype == torch.float16 and self.compute_dtype in (None, torch.float32):
-            _warn_fp16_once(single_row=x.numel() == x.shape[-1])
+            _log_fp16_input(single_row=x.numel() == x.shape[-1])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         state = _state_of(self)
@@ -355,6 +342,9 @@ class Embedding4bit(_Quantized4bitModule, nn.Embedding):
                                  quant_type=quant_type, quant_storage=quant_storage, module=self)
         self.quant_state = None
         self.quant_storage = quant_storage
+        if embedding_dim % self.weight.blocksize != 0:  # as bitsandbytes logs it
+            logger.warning(f"Embedding size {embedding_dim} is not divisible by block size {self.weight.blocksize}: "
+                           "lookups dequantize element by element. This will lead to slow inference.")
 
     def _weight_shape(self) -> tuple[int, int]:
         return (self.num_embeddings, self.embedding_dim)
