@@ -322,6 +322,17 @@ def test_matmul_4bit_takes_a_kn_weight_with_a_deprecation_warning():
     torch.testing.assert_close(A.grad, want)
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool, torch.complex64])
+def test_matmul_4bit_refuses_activations_that_are_not_floats(dtype):
+    # They gave an integer product of truncated weights; Linear4bit refuses them the same way.
+    packed, state = F.quantize_4bit(torch.randn(8, 16), quant_type="nf4")
+    for rows in (3, 1):
+        A = torch.ones(rows, 16).to(dtype)
+        with pytest.raises(RuntimeError, match=f"matmul_4bit: A must be a floating-point tensor, got "
+                                               f"{str(dtype).removeprefix('torch.')}"):
+            bnb.matmul_4bit(A, packed, state)
+
+
 def test_matmul_4bit_needs_a_2d_state_shape():
     packed, state = F.quantize_4bit(torch.randn(4, 8, 16), quant_type="nf4")
     with pytest.raises(ValueError, match=r"quant_state.shape must be 2D \[N, K\], got \[4, 8, 16\]"):

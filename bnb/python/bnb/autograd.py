@@ -52,6 +52,8 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
     which never materializes W; anything else dequantizes and runs a dense matmul."""
     if quant_state is None:
         raise ValueError("matmul_4bit needs the weight's quant_state")
+    if not A.is_floating_point():  # the weight would be truncated to A's integers, and the product too
+        raise RuntimeError(f"matmul_4bit: A must be a floating-point tensor, got {str(A.dtype).removeprefix('torch.')}")
     if len(quant_state.shape) != 2:
         raise ValueError(f"matmul_4bit: quant_state.shape must be 2D [N, K], got {list(quant_state.shape)}")
     N, K = quant_state.shape
