@@ -285,6 +285,23 @@ def test_quant_storage_must_be_a_packing_type():
     assert not hasattr(F.quantize_blockwise(torch.randn(64))[1], "bitsandbytes__nf4")  # an 8-bit state
 
 
+@pytest.mark.parametrize("dim", [7, 100, 128])  # off the blocksize (element by element), a multiple (by rows)
+@pytest.mark.parametrize("shape", [(-1, 1), (1, -1)])
+def test_embedding4bit_takes_a_checkpoint_s_2d_absmax(dim, shape):
+    # The ops take absmax of any shape with the right count; the element path indexed it and broadcast [1, 7] rows
+    # into [1, 7, 7] (or failed).
+    torch.manual_seed(0)
+    src = bnb.nn.EmbeddingNF4(20, dim).to("cpu")
+    sd = src.state_dict()
+    sd["weight.absmax"] = sd["weight.absmax"].reshape(shape)
+    dst = bnb.nn.EmbeddingNF4(20, dim)
+    dst.load_state_dict(sd)
+    assert dst.quant_state.absmax.dim() == 2
+    idx = torch.tensor([[0, 3, 7, 19, 2, 2, 11]])
+    table = F.dequantize_4bit(src.weight, src.quant_state)
+    assert_same_bits(dst(idx), torch.nn.functional.embedding(idx, table))
+
+
 def test_embedding4bit_indices_like_nn_embedding():
     emb = bnb.nn.EmbeddingNF4(10, 64).to("cpu")
     with pytest.raises(IndexError):

@@ -368,7 +368,8 @@ class Embedding4bit(_Quantized4bitModule, nn.Embedding):
         flat = nn.functional.embedding(input, starts) + torch.arange(dim, device=input.device)
         byte = self.weight.data.view(torch.uint8).reshape(-1)[flat >> 1].long()
         codes = torch.where((flat & 1) == 1, byte & 0xF, byte >> 4)
-        values = F.get_4bit_type(state.quant_type, device=input.device)[codes] * F._absmax_of(state)[
+        # absmax flat: a checkpoint may hold it as [blocks, 1], which indexing would broadcast into the result.
+        values = F.get_4bit_type(state.quant_type, device=input.device)[codes] * F._absmax_of(state).reshape(-1)[
             flat // state.blocksize]
         # One float32 product rounded to the state's dtype, then self.dtype: the kernels' and the other path's bits.
         return values.to(state.dtype).to(self.dtype)
