@@ -60,7 +60,9 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
     if A.shape[-1] == N and N != K:
         result = _matmul_kn(A, B, quant_state, bias)
     elif A.numel() == A.shape[-1] and A.dtype in _GEMV_DTYPES and not (torch.is_grad_enabled() and A.requires_grad):
-        result = F.gemv_4bit(A, B, state=quant_state)
+        # The quant_type's table, not state.code: the other paths dequantize by quant_type, and a row must not be
+        # computed with other values than a batch (as bitsandbytes' matmul_4bit reads no code either).
+        result = F._gemv_4bit(A, B, quant_state, F.get_4bit_type(quant_state.quant_type, device=A.device))
         if bias is not None:
             result = result + bias.to(result.dtype)
     else:

@@ -257,7 +257,12 @@ def gemv_4bit(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = No
     F.linear(A, dequantize_4bit(B, state)) without materializing the weight."""
     if state is None:
         raise ValueError("state cannot be None. gemv_4bit() requires the state from quantize_4bit()")
-    args = (A, B, list(state.shape), _absmax_of(state), state.code, state.blocksize)
+    return _gemv_4bit(A, B, state, state.code, out)
+
+
+def _gemv_4bit(A: torch.Tensor, B: torch.Tensor, state: QuantState, code: torch.Tensor,
+               out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    args = (A, B, list(state.shape), _absmax_of(state), code, state.blocksize)
     if out is not None:
         torch.ops.bnb.gemv_4bit.out(*args, out=out)
         return out

@@ -74,11 +74,13 @@ class Params4bit(nn.Parameter):
     def from_prequantized(cls, data: torch.Tensor, quantized_stats: dict[str, Any], requires_grad: bool = False,
                           device="cpu", module: Optional[nn.Module] = None, **kwargs) -> "Params4bit":
         """A quantized weight from its packed codes and the stats of a state dict (keys without "weight.")."""
-        state = QuantState.from_dict(qs_dict=quantized_stats, device=device)
-        problems = state.size_problems_4bit(data)
+        state, problems = QuantState.checked_from_dict(quantized_stats, device=device)
+        if state is not None and state.quant_type is None:
+            problems = [("quant_type", "expected 'nf4' or 'fp4' (a 4-bit state), got None")]
+        if not problems:
+            problems = [(suffix or "data", what) for suffix, what in state.size_problems_4bit(data)]
         if problems:
-            raise ValueError("Params4bit.from_prequantized: " + "; ".join(
-                f"{suffix or 'data'} {what}" for suffix, what in problems))
+            raise ValueError("Params4bit.from_prequantized: " + "; ".join(f"{k}: {what}" for k, what in problems))
         return cls(requires_grad=requires_grad, module=module)._hold(data.to(device), state)
 
     def _quantize(self, device) -> "Params4bit":
@@ -232,6 +234,12 @@ class _Quantized4bitModule:
         Parameter object and device (unless it is on meta) and gets copies, or with assign=True becomes the given
         tensors themselves."""
         old = self.weight
+        not_tensors = [k for k, v in ((key, data), *((f"{key}.{k}", v) for k, v in stats.items()))
+                       if not isinstance(v, torch.Tensor)]
+        if not_tensors:  # as torch reports a parameter's
+            error_msgs.extend(f"While copying the parameter named \"{k}\", expected torch.Tensor or Tensor-like "
+                              "object from checkpoint but received something else" for k in not_tensors)
+            return
         try:
             missing, unexpected = QuantState.packed_keys_check(stats, getattr(old, "quant_type", "nf4"))
         except ValueError as e:
@@ -246,10 +254,9 @@ class _Quantized4bitModule:
             device = data.device if old.device.type == "meta" else old.device
             stats = {k: v.to(device, copy=True) for k, v in stats.items()}
             data = data.to(device, copy=True)
-        try:
-            state = QuantState.from_dict(qs_dict=stats, device=data.device)
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            error_msgs.append(f"while loading {key}: {e}")
+        state, problems = QuantState.checked_from_dict(stats, device=data.device)
+        if problems:
+            error_msgs.extend(f"while loading {key}.{name}: {what}" for name, what in problems)
             return
         if tuple(state.shape) != self._weight_shape():
             error_msgs.append(f"size mismatch for {key}: the checkpoint holds a 4-bit weight of shape "
