@@ -257,6 +257,17 @@ def test_gemv_4bit_gives_A_its_gradient(dtype):
                                                                                            "atol": 2e-2}))
 
 
+def test_gemv_4bit_gradient_takes_2d_code_and_absmax_as_the_op_does():
+    W = torch.randn(48, 96)
+    packed, state = F.quantize_4bit(W, blocksize=32, quant_type="fp4")
+    grads = []
+    for code, absmax in ((state.code, state.absmax), (state.code.view(1, 16), state.absmax.view(-1, 1))):
+        A = torch.ones(1, 96, requires_grad=True)
+        torch.ops.bnb.gemv_4bit(A, packed, [48, 96], absmax, code, 32).sum().backward()
+        grads.append(A.grad)
+    assert_same_bits(grads[1], grads[0])
+
+
 @pytest.mark.parametrize("nested", [False, True])
 def test_gemm_4bit_gives_A_and_bias_their_gradients(nested):
     W = torch.randn(64, 96)
@@ -272,6 +283,21 @@ def test_gemm_4bit_gives_A_and_bias_their_gradients(nested):
     (y * G).sum().backward()
     torch.testing.assert_close(A.grad, want_A)
     torch.testing.assert_close(bias.grad, want_bias)
+
+
+def test_gemm_4bit_gradient_takes_every_offset_the_forward_takes():
+    # The op takes absmax_offset as any one value (the kernels add it in float32); the backward added a [1, 1]
+    # float64 offset as it was, and its float64 absmax was then refused.
+    W = torch.randn(64, 96)
+    packed, state = F.quantize_4bit(W, blocksize=32, quant_type="nf4", compress_statistics=True)
+    want = None
+    for offset in (state.offset, state.offset.view(1, 1).double()):
+        A = torch.randn(5, 96, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        y = torch.ops.bnb.gemm_4bit(A, packed, [64, 96], state.state2.absmax, 32, "nf4", None, state.absmax,
+                                    state.state2.code, offset)
+        y.sum().backward()
+        want = A.grad if want is None else want
+        assert_same_bits(A.grad, want)
 
 
 def test_quantize_4bit_checks_out_and_absmax_before_writing():

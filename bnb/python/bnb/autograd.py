@@ -117,8 +117,9 @@ def _gemm_4bit_backward(ctx, grad):
     grad_A = grad_bias = None
     if ctx.needs_input_grad[0]:
         if absmax_8bit is not None:  # nested: absmax holds the 8-bit codes' scales, as the op's schema says
+            # The offset as the kernels add it: one value, in float32 (any dtype and shape of one value is taken).
             absmax = torch.ops.bnb.dequantize_blockwise(absmax_8bit, absmax, absmax_code, 256, torch.float32) \
-                + absmax_offset
+                + absmax_offset.to(torch.float32).reshape(())
         W = torch.ops.bnb.dequantize_4bit(B, absmax, blocksize, quant_type, shapeB, ctx.a_dtype)
         grad_A = grad @ W
     if bias is not None and ctx.needs_input_grad[6]:
