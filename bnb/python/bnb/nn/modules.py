@@ -318,8 +318,8 @@ class Linear4bit(_Quantized4bitModule, nn.Linear):
         in_dtype = x.dtype
         if self.compute_dtype is not None:
             x = x.to(self.compute_dtype)
-        bias = None if self.bias is None else self.bias.to(x.dtype)
-        return matmul_4bit(x, self.weight, quant_state=state, bias=bias).to(in_dtype)
+        # The bias as it is: matmul_4bit adds it with one rounding, alike in eager and compiled code.
+        return matmul_4bit(x, self.weight, quant_state=state, bias=self.bias).to(in_dtype)
 
 
 class LinearFP4(Linear4bit):
