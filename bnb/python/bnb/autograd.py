@@ -16,9 +16,8 @@ _GEMV_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # the others (flo
 
 
 def _weight(B: torch.Tensor, state: QuantState, dtype: torch.dtype) -> torch.Tensor:
-    """W in `dtype`, dequantized straight into it where the kernels write it (as bitsandbytes' gemm_4bit does): a
-    weight quantized from bfloat16 is not rounded to bfloat16 on its way to float32 activations, so a batch
-    computes each row as the single-row gemv does."""
+    """W in `dtype`, dequantized straight into it where the kernels write it (as gemm_4bit does): a weight quantized
+    from bfloat16 is not rounded to bfloat16 on its way to float32 activations."""
     if dtype in _GEMV_DTYPES:
         return F._dequantize_4bit(B, state, dtype=dtype)
     return F._dequantize_4bit(B, state).to(dtype)
