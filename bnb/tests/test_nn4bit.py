@@ -287,6 +287,25 @@ def test_module_dtype_conversions_keep_the_codes(convert):
     assert torch.allclose(layer(x.to(layer.bias.dtype)).float(), y, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("quantized", [True, False])
+def test_chunk_and_split_keep_params4bit_and_its_state_as_fsdp2_needs(quantized):
+    # FSDP2 shards parameters with torch.chunk: the shards were plain tensors, their quant state lost.
+    layer = bnb.nn.LinearNF4(128, 64)
+    w = layer.to("cpu").weight if quantized else layer.weight
+    flat = w.data.reshape(-1)
+    rows = w.shape[0]
+    for pieces in (torch.chunk(w, 3), torch.split(w, rows // 3 + 1), w.chunk(4), w.split([5, rows - 5])):
+        assert isinstance(pieces, tuple) and len(pieces) > 1
+        for piece in pieces:
+            assert type(piece) is bnb.nn.Params4bit
+            assert piece.quant_state is w.quant_state and piece.module is w.module
+            assert (piece.quant_type, piece.blocksize, piece.bnb_quantized, piece.quant_storage) == \
+                   (w.quant_type, w.blocksize, w.bnb_quantized, w.quant_storage)
+            assert piece.untyped_storage().data_ptr() == w.untyped_storage().data_ptr()  # views, as chunk gives
+        assert_same_bits(torch.cat([p.data.reshape(-1) for p in pieces]), flat)
+    assert type(w + 0) is torch.Tensor and type(w[:2]) is torch.Tensor  # other ops: plain tensors, as before
+
+
 def test_shallow_copy_is_a_params4bit():
     w = bnb.nn.LinearNF4(64, 32).to("cpu").weight
     c = copy.copy(w)

@@ -99,10 +99,23 @@ class Params4bit(nn.Parameter):
             self.module.quant_state = state
         return self
 
+    def _like(self, data: torch.Tensor) -> "Params4bit":
+        """A Params4bit over `data` with this one's attributes (its quant state the same object)."""
+        return type(self).__new__(type(self), data, self.requires_grad, **self._attrs())
+
     def __copy__(self):
-        return type(self).__new__(type(self), self.data, self.requires_grad, self.quant_state, self.blocksize,
-                                  self.compress_statistics, self.quant_type, self.quant_storage, self.module,
-                                  self.bnb_quantized)
+        return self._like(self.data)
+
+    # FSDP2 shards a parameter with torch.chunk / torch.split: the shards stay Params4bit with the quant state, as in
+    # bitsandbytes. Every other op returns plain tensors, as nn.Parameter's own __torch_function__ does.
+    _SHARDING = (torch.chunk, torch.split, torch.Tensor.chunk, torch.Tensor.split)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        result = super().__torch_function__(func, types, args, kwargs or {})
+        if func in cls._SHARDING and isinstance(args[0], Params4bit):
+            return tuple(args[0]._like(piece) for piece in result)
+        return result
 
     # Module.half() / .float() / ... convert parameters by these methods: once quantized, the packed codes keep their
     # storage type (as .to(dtype) does) instead of being converted as numbers.
