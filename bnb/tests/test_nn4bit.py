@@ -685,3 +685,19 @@ def test_from_dict_checks_an_unpacked_8bit_state_too():
             bnb.QuantState.from_dict(dict(d, **change), device="cpu")
     with pytest.raises(ValueError, match=r"from_prequantized: quant_type: expected 'nf4' or 'fp4' \(a 4-bit state\)"):
         bnb.nn.Params4bit.from_prequantized(torch.zeros(150, dtype=torch.uint8), d)
+
+
+def test_a_meta_checkpoint_loads_with_assign_as_torch_s_parameters_do():
+    # The weight became the meta codes through .data of a CPU parameter, which torch refuses ("incompatible tensor
+    # type"); it is made over the codes now, as torch's assign=True takes a meta tensor for a plain parameter.
+    src = bnb.nn.LinearNF4(64, 32).to("cpu")
+    sd = {k: v if "quant_state" in k else v.to("meta") for k, v in src.state_dict().items()}  # metadata is read
+    dst = bnb.nn.LinearNF4(64, 32)
+    dst.load_state_dict(sd, assign=True)
+    assert type(dst.weight) is bnb.nn.Params4bit and dst.weight.device.type == "meta"
+    assert dst.quant_state is dst.weight.quant_state and dst.quant_state.absmax.device.type == "meta"
+    with pytest.raises(RuntimeError, match="is on meta but A is on cpu"):
+        dst(torch.randn(2, 64))
+    stats = {k.removeprefix("weight."): v for k, v in src.state_dict().items() if k.startswith("weight.")}
+    w = bnb.nn.Params4bit.from_prequantized(src.weight.data, stats, device="meta")
+    assert w.device.type == "meta" and w.quant_state.absmax.device.type == "meta"

@@ -81,7 +81,8 @@ class Params4bit(nn.Parameter):
             problems = [(suffix or "data", what) for suffix, what in state.size_problems_4bit(data)]
         if problems:
             raise ValueError("Params4bit.from_prequantized: " + "; ".join(f"{k}: {what}" for k, what in problems))
-        return cls(requires_grad=requires_grad, module=module)._hold(data.to(device), state)
+        data = data.to(device)
+        return cls(data, requires_grad=requires_grad, module=module)._hold(data, state)
 
     def _quantize(self, device) -> "Params4bit":
         w = self.data.contiguous().to(device)
@@ -185,7 +186,7 @@ def _restore_weight(module: nn.Module) -> None:
         return
     if w.numel() * w.element_size() != (math.prod(state.shape) + 1) // 2:
         return  # not packed codes of this state: leave it as it is
-    module.weight = Params4bit(requires_grad=w.requires_grad, module=module)._hold(w.data, state)
+    module.weight = Params4bit(w.data, requires_grad=w.requires_grad, module=module)._hold(w.data, state)
 
 
 def _state_of(module: nn.Module) -> QuantState:
@@ -281,7 +282,8 @@ class _Quantized4bitModule:
         if problems:
             return
         if assign or not isinstance(old, Params4bit):
-            self.weight = Params4bit(requires_grad=old.requires_grad, module=self)._hold(data, state)
+            # Made over data: a parameter's device cannot change by .data (a meta checkpoint with assign=True)
+            self.weight = Params4bit(data, requires_grad=old.requires_grad, module=self)._hold(data, state)
         else:  # optimizers and hooks hold the Parameter object: it stays
             old.module = self
             old._hold(data, state)
