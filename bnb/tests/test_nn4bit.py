@@ -701,3 +701,11 @@ def test_a_meta_checkpoint_loads_with_assign_as_torch_s_parameters_do():
     stats = {k.removeprefix("weight."): v for k, v in src.state_dict().items() if k.startswith("weight.")}
     w = bnb.nn.Params4bit.from_prequantized(src.weight.data, stats, device="meta")
     assert w.device.type == "meta" and w.quant_state.absmax.device.type == "meta"
+    # Without assign the codes are copied, which a meta tensor cannot be: torch's error list, as for its parameters.
+    for target in (bnb.nn.LinearNF4(64, 32), bnb.nn.LinearNF4(64, 32).to("cpu")):
+        with pytest.raises(RuntimeError, match=r'Error\(s\) in loading state_dict(.|\n)*While copying the parameter '
+                                               r'named "weight" and its quant state to cpu'):
+            target.load_state_dict(sd)
+    with pytest.raises(ValueError, match=r"absmax: a meta tensor has no values to load onto cpu"):
+        bnb.QuantState.from_dict({k: v.to("meta") for k, v in stats.items() if "quant_state" not in k}
+                                 | {k: v for k, v in stats.items() if "quant_state" in k}, device="cpu")

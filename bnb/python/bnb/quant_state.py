@@ -20,9 +20,10 @@ _TENSOR_FIELDS = ("absmax", "quant_map", "nested_absmax", "nested_quant_map")
 _NESTED_FIELDS = ("nested_absmax", "nested_blocksize", "nested_quant_map", "nested_dtype", "nested_offset")
 
 
-def _field_problems(f: dict[str, Any], names: dict[str, str]) -> list[tuple[str, str]]:
+def _field_problems(f: dict[str, Any], names: dict[str, str], device) -> list[tuple[str, str]]:
     """What is wrong with each field of a state's dict (prefixes stripped, metadata unpacked), as (name, what)
-    pairs: the types and values every kernel takes, so that a state that loads dequantizes the same on every path.
+    pairs: the types and values every kernel takes, so that a state that loads dequantizes the same on every path
+    (loaded onto `device`).
     A 4-bit state's quant_map must be its quant_type's table: the kernels other than gemv_4bit read the table
     by quant_type, so any other map would make results depend on which kernel a batch size picks."""
     from .functional import _BLOCKSIZES, get_4bit_type  # functional imports this module
@@ -44,6 +45,8 @@ def _field_problems(f: dict[str, Any], names: dict[str, str]) -> list[tuple[str,
             bad(k, f"expected {_dtype_name(dtype)}, got {_dtype_name(v.dtype)}")
         elif numel is not None and v.numel() != numel:
             bad(k, f"expected {numel} values, got {v.numel()} (shape {list(v.shape)})")
+        elif v.device.type == "meta" and torch.device(device).type != "meta":
+            bad(k, f"a meta tensor has no values to load onto {device}")
         else:
             return v.device.type != "meta"
         return False
@@ -178,7 +181,7 @@ class QuantState:
         if unknown:
             problems.append((", ".join(names[k] for k in unknown),
                              f"unknown keys; expected a subset of {cls.valid_qs_keys}"))
-        problems += _field_problems(fields, names)
+        problems += _field_problems(fields, names, device)
         if problems:
             return None, problems
         offset = state2 = None

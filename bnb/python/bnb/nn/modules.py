@@ -266,8 +266,13 @@ class _Quantized4bitModule:
         stats = {k: v for k, v in stats.items() if k not in unexpected}
         if not assign:
             device = data.device if old.device.type == "meta" else old.device
-            stats = {k: v.to(device, copy=True) for k, v in stats.items()}
-            data = data.to(device, copy=True)
+            try:
+                stats = {k: v.to(device, copy=True) for k, v in stats.items()}
+                data = data.to(device, copy=True)
+            except Exception as e:  # a meta checkpoint has nothing to copy: reported as torch reports a parameter's
+                error_msgs.append(f'While copying the parameter named "{key}" and its quant state to {device}, an '
+                                  f"exception occurred : {e.args}.")
+                return
         state, problems = QuantState.checked_from_dict(stats, device=data.device)
         if problems:
             error_msgs.extend(f"while loading {key}.{name}: {what}" for name, what in problems)
