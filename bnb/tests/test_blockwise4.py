@@ -339,7 +339,8 @@ def test_matmul_4bit_takes_a_kn_weight_with_a_deprecation_warning():
     A = torch.randn(3, 96, requires_grad=True)
     # It says what to do, in bitsandbytes' words (its tests match "Re-quantize from the weight").
     with pytest.warns(DeprecationWarning, match=r"quantized from a \[K, N\] tensor \(quant_state.shape=\[96, 40\].*"
-                                                r"Re-quantize from the weight in \[N, K\] \(out_features, in_features\)"):
+                                                r"Re-quantize from the weight in \[N, K\] \(out_features, "
+                                                r"in_features\)"):
         y = bnb.matmul_4bit(A, packed, state)
     Wq = F.dequantize_4bit(packed, state)
     G, want, _ = dense_grads(A, Wq.t())

@@ -621,7 +621,8 @@ _BAD_TENSORS = [
     ("weight.nested_quant_map", lambda t: torch.where(torch.arange(256) == 3, float("inf"), t),
      r"weight\.nested_quant_map: every code value must be finite"),
     ("weight.nested_quant_map", lambda t: t[:255], r"weight\.nested_quant_map: expected 256 values, got 255"),
-    ("weight", lambda t: t.reshape(-1).view(torch.int32), r"weight: holds int32 values; packed codes are stored as one of"),
+    ("weight", lambda t: t.reshape(-1).view(torch.int32),
+     r"weight: holds int32 values; packed codes are stored as one of"),
     ("weight.absmax", lambda t: 5, r'While copying the parameter named "weight\.absmax", expected torch\.Tensor'),
 ]
 

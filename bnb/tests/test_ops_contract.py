@@ -303,7 +303,8 @@ def _parity_cases():
                  (nested, None, q8, CODE, offset.view(1, 1).double()), (nested, None, q8, CODE, offset.view(1).int()),
                  (nested, None, q8, CODE, torch.stack([offset, offset])), (nested, None, q8, nan_code, offset),
                  (nested, None, q8, CODE.double(), offset), (nested, None, q8.float(), CODE, offset),
-                 (nested, None, q8[:7], CODE, offset), (nested, None, q8, None, None), (absmaxB, None, None, CODE, None),
+                 (nested, None, q8[:7], CODE, offset), (nested, None, q8, None, None),
+                 (absmaxB, None, None, CODE, None),
                  (nested.double(), None, q8, CODE, offset)):
         am, bias, a8, acode, aoff = args
         cases.append(("gemm_4bit", (X, B, [8, 64], am, 64, "nf4", bias, a8, acode, aoff)))

@@ -153,7 +153,8 @@ class QuantState:
         packed = [k for k, v in qs_dict.items() if "quant_state" in k and isinstance(v, torch.Tensor)]
         if "quant_type" not in qs_dict and len(packed) != 1:
             what = ("expected packed or unpacked quant_state items, found neither" if not packed else
-                    f"expected exactly one `quant_state` item ending in one of {cls.valid_qs_type_keys}, found {packed}")
+                    f"expected exactly one `quant_state` item ending in one of {cls.valid_qs_type_keys}, "
+                    f"found {packed}")
             return None, [("quant_state", what)]
         if len(packed) == 1:
             suffix = packed[0].split(".")[-1]
