@@ -266,6 +266,17 @@ def test_gemv_4bit_gives_A_its_gradient(dtype):
                                                                                            "atol": 2e-2}))
 
 
+def test_gemv_4bit_gradient_takes_2d_code_and_absmax_as_the_op_does():
+    W = torch.randn(48, 96)
+    packed, state = F.quantize_4bit(W, blocksize=32, quant_type="fp4")
+    grads = []
+    for code, absmax in ((state.code, state.absmax), (state.code.view(1, 16), state.absmax.view(-1, 1))):
+        A = torch.ones(1, 96, requires_grad=True)
+        torch.ops.bnb.gemv_4bit(A, packed, [48, 96], absmax, code, 32).sum().backward()
+        grads.append(A.grad)
+    assert_same_bits(grads[1], grads[0])
+
+
 @pytest.mark.parametrize("nested", [False, True])
 def test_gemm_4bit_gives_A_and_bias_their_gradients(nested):
     W = torch.randn(64, 96)
@@ -281,6 +292,21 @@ def test_gemm_4bit_gives_A_and_bias_their_gradients(nested):
     (y * G).sum().backward()
     torch.testing.assert_close(A.grad, want_A)
     torch.testing.assert_close(bias.grad, want_bias)
+
+
+def test_gemm_4bit_gradient_takes_every_offset_the_forward_takes():
+    # The op takes absmax_offset as any one value (the kernels add it in float32); the backward added a [1, 1]
+    # float64 offset as it was, and its float64 absmax was then refused.
+    W = torch.randn(64, 96)
+    packed, state = F.quantize_4bit(W, blocksize=32, quant_type="nf4", compress_statistics=True)
+    want = None
+    for offset in (state.offset, state.offset.view(1, 1).double()):
+        A = torch.randn(5, 96, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        y = torch.ops.bnb.gemm_4bit(A, packed, [64, 96], state.state2.absmax, 32, "nf4", None, state.absmax,
+                                    state.state2.code, offset)
+        y.sum().backward()
+        want = A.grad if want is None else want
+        assert_same_bits(A.grad, want)
 
 
 def test_quantize_4bit_checks_out_and_absmax_before_writing():
@@ -320,13 +346,27 @@ def test_matmul_4bit_takes_a_kn_weight_with_a_deprecation_warning():
     W = torch.randn(96, 40)  # [K, N]: in_features first, as bitsandbytes still accepts
     packed, state = F.quantize_4bit(W, quant_type="nf4")
     A = torch.randn(3, 96, requires_grad=True)
-    with pytest.warns(DeprecationWarning, match=r"quantized from a \[K, N\] tensor \(quant_state.shape=\[96, 40\]"):
+    # It says what to do, in bitsandbytes' words (its tests match "Re-quantize from the weight").
+    with pytest.warns(DeprecationWarning, match=r"quantized from a \[K, N\] tensor \(quant_state.shape=\[96, 40\].*"
+                                                r"Re-quantize from the weight in \[N, K\] \(out_features, "
+                                                r"in_features\)"):
         y = bnb.matmul_4bit(A, packed, state)
     Wq = F.dequantize_4bit(packed, state)
     G, want, _ = dense_grads(A, Wq.t())
     torch.testing.assert_close(y, A.detach() @ Wq)
     (y * G).sum().backward()
     torch.testing.assert_close(A.grad, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool, torch.complex64])
+def test_matmul_4bit_refuses_activations_that_are_not_floats(dtype):
+    # They gave an integer product of truncated weights; Linear4bit refuses them the same way.
+    packed, state = F.quantize_4bit(torch.randn(8, 16), quant_type="nf4")
+    for rows in (3, 1):
+        A = torch.ones(rows, 16).to(dtype)
+        with pytest.raises(RuntimeError, match=f"matmul_4bit: A must be a floating-point tensor, got "
+                                               f"{str(dtype).removeprefix('torch.')}"):
+            bnb.matmul_4bit(A, packed, state)
 
 
 def test_matmul_4bit_needs_a_2d_state_shape():

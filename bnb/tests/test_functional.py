@@ -156,3 +156,13 @@ def test_quant_state_list_layout_and_errors():
         bnb.QuantState.from_dict({"absmax": torch.ones(1)}, device="cpu")
     with pytest.raises(ValueError, match="unknown keys"):
         bnb.QuantState.from_dict({"quant_type": None, "bogus": 1}, device="cpu")
+
+
+def test_has_avx512bf16_agrees_with_the_kernel_s_cpu_flags():
+    # bitsandbytes' tests and user code branch on it; /proc/cpuinfo is Linux's independent account of CPUID.
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next(line for line in f if line.startswith(("flags", "Features"))).split(":", 1)[1].split()
+    except (OSError, StopIteration):
+        pytest.skip("no /proc/cpuinfo flags here")
+    assert F.has_avx512bf16() is ("avx512_bf16" in flags)

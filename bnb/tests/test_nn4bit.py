@@ -3,6 +3,7 @@
 import copy
 import io
 import json
+import logging
 import re
 import warnings
 
@@ -85,28 +86,34 @@ def test_compute_dtype_settled_by_first_call_as_in_bitsandbytes():
         assert first32(x32.bfloat16()).dtype == torch.bfloat16  # computed in float32, returned as the input
 
 
-def test_float16_input_with_float32_compute_warns_once(monkeypatch):
-    from bnb.nn import modules
-    monkeypatch.setattr(modules, "_FP16_WARNED", set())
-    _, layer = make_linear()
-    layer = layer.to("cpu")
+def test_float16_input_with_float32_compute_is_logged_as_bitsandbytes_logs_it(caplog):
+    # bitsandbytes' tests read these from the caplog of the module's logger, on each layer's first call.
     x = torch.randn(4, 128, dtype=torch.float16)
-    with pytest.warns(UserWarning, match="float16, but bnb_4bit_compute_dtype=torch.float32.*training") as caught:
-        with torch.no_grad():
-            y = layer(x)
-    assert caught[0].filename == __file__  # the user's line, not bnb's or torch.nn's
-    assert y.dtype == torch.float16 and layer.compute_dtype is None and layer.compute_type_is_set
-    _, again = make_linear()
-    again = again.to("cpu")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the batch warning came once already
-        with torch.no_grad():
-            again(x)
-    _, single = make_linear()
-    single = single.to("cpu")
-    with pytest.warns(UserWarning, match="slow inference\\.$"):
-        with torch.no_grad():
-            assert single(x[:1]).dtype == torch.float16
+    for rows, tail in ((4, "slow inference or training speed."), (1, "slow inference.")):
+        for _ in range(2):  # a second layer logs again, as in bitsandbytes
+            caplog.clear()
+            _, layer = make_linear()
+            layer = layer.to("cpu")
+            with caplog.at_level(logging.WARNING, logger="bnb.nn.modules"), warnings.catch_warnings():
+                warnings.simplefilter("error")  # through logging only, not warnings too
+                with torch.no_grad():
+                    y = layer(x[:rows])
+                    layer(x[:rows])  # settled: the second call logs nothing
+            assert [(r.name, r.levelno) for r in caplog.records] == [("bnb.nn.modules", logging.WARNING)]
+            assert caplog.messages[0] == ("Input type into Linear4bit is torch.float16, but bnb_4bit_compute_dtype="
+                                          f"torch.float32 (default). This will lead to {tail}")
+            assert y.dtype == torch.float16 and layer.compute_dtype is None and layer.compute_type_is_set
+
+
+def test_embedding_width_off_the_blocksize_is_logged_as_bitsandbytes_logs_it(caplog):
+    with caplog.at_level(logging.WARNING, logger="bnb.nn.modules"):
+        bnb.nn.EmbeddingNF4(10, 64)
+    assert caplog.records == []
+    with caplog.at_level(logging.WARNING, logger="bnb.nn.modules"):
+        bnb.nn.EmbeddingNF4(10, 65)
+    assert [r.name for r in caplog.records] == ["bnb.nn.modules"]
+    assert "Embedding size 65 is not divisible by block size 64" in caplog.messages[0]
+    assert "slow inference" in caplog.messages[0]
 
 
 def test_autograd_to_input_and_bias():
@@ -184,6 +191,31 @@ def test_compile_fullgraph_no_graph_breaks():
             torch.testing.assert_close(compiled(x), model(x))
 
 
+class _WithAndWithoutBias(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.biased = bnb.nn.LinearNF4(256, 256)
+        self.plain = bnb.nn.LinearNF4(256, 256, bias=False)
+
+    def forward(self, x):
+        return self.biased(x), self.plain(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_compiled_linear4bit_equals_eager_bit_for_bit(dtype):
+    # float32 parameters, the bias too, and activations of `dtype` (the compute dtype then): eager rounded
+    # bias.to(dtype) before adding it to one row, where inductor fused the cast into the add (0.0078 for bfloat16).
+    torch.manual_seed(0)
+    model = _WithAndWithoutBias().to("cpu")
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True)
+    for rows in (1, 16):  # gemv_4bit, gemm_4bit
+        x = torch.randn(rows, 256, dtype=dtype)
+        with torch.no_grad():
+            for want, got in zip(model(x), compiled(x)):
+                assert_same_bits(got, want)
+
+
 def test_copies_and_pickling():
     _, layer = make_linear()
     layer = layer.to("cpu")
@@ -255,6 +287,25 @@ def test_module_dtype_conversions_keep_the_codes(convert):
     assert torch.allclose(layer(x.to(layer.bias.dtype)).float(), y, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("quantized", [True, False])
+def test_chunk_and_split_keep_params4bit_and_its_state_as_fsdp2_needs(quantized):
+    # FSDP2 shards parameters with torch.chunk: the shards were plain tensors, their quant state lost.
+    layer = bnb.nn.LinearNF4(128, 64)
+    w = layer.to("cpu").weight if quantized else layer.weight
+    flat = w.data.reshape(-1)
+    rows = w.shape[0]
+    for pieces in (torch.chunk(w, 3), torch.split(w, rows // 3 + 1), w.chunk(4), w.split([5, rows - 5])):
+        assert isinstance(pieces, tuple) and len(pieces) > 1
+        for piece in pieces:
+            assert type(piece) is bnb.nn.Params4bit
+            assert piece.quant_state is w.quant_state and piece.module is w.module
+            assert (piece.quant_type, piece.blocksize, piece.bnb_quantized, piece.quant_storage) == \
+                   (w.quant_type, w.blocksize, w.bnb_quantized, w.quant_storage)
+            assert piece.untyped_storage().data_ptr() == w.untyped_storage().data_ptr()  # views, as chunk gives
+        assert_same_bits(torch.cat([p.data.reshape(-1) for p in pieces]), flat)
+    assert type(w + 0) is torch.Tensor and type(w[:2]) is torch.Tensor  # other ops: plain tensors, as before
+
+
 def test_shallow_copy_is_a_params4bit():
     w = bnb.nn.LinearNF4(64, 32).to("cpu").weight
     c = copy.copy(w)
@@ -276,6 +327,23 @@ def test_quant_storage_must_be_a_packing_type():
         torch.ops.bnb.dequantize_4bit(packed.reshape(-1).view(torch.int32), F._absmax_of(state), 64, "nf4", [8, 64],
                                       torch.float32)
     assert not hasattr(F.quantize_blockwise(torch.randn(64))[1], "bitsandbytes__nf4")  # an 8-bit state
+
+
+@pytest.mark.parametrize("dim", [7, 100, 128])  # off the blocksize (element by element), a multiple (by rows)
+@pytest.mark.parametrize("shape", [(-1, 1), (1, -1)])
+def test_embedding4bit_takes_a_checkpoint_s_2d_absmax(dim, shape):
+    # The ops take absmax of any shape with the right count; the element path indexed it and broadcast [1, 7] rows
+    # into [1, 7, 7] (or failed).
+    torch.manual_seed(0)
+    src = bnb.nn.EmbeddingNF4(20, dim).to("cpu")
+    sd = src.state_dict()
+    sd["weight.absmax"] = sd["weight.absmax"].reshape(shape)
+    dst = bnb.nn.EmbeddingNF4(20, dim)
+    dst.load_state_dict(sd)
+    assert dst.quant_state.absmax.dim() == 2
+    idx = torch.tensor([[0, 3, 7, 19, 2, 2, 11]])
+    table = F.dequantize_4bit(src.weight, src.quant_state)
+    assert_same_bits(dst(idx), torch.nn.functional.embedding(idx, table))
 
 
 def test_embedding4bit_indices_like_nn_embedding():
@@ -409,12 +477,15 @@ def test_truncated_checkpoints_are_refused_on_load_naming_the_key(nested):
         sd[key] = torch.cat([sd[key], sd[key][:1]]) if need == 1 else sd[key][:need // 2]
         got = sd[key].numel()
         dst = bnb.nn.LinearNF4(128, 64, compress_statistics=nested)
-        with pytest.raises(RuntimeError, match=rf"size mismatch for {re.escape(key)}: holds {got} .*with blocksize "
-                                               rf"\d+ needs {need}"):
+        if key.endswith("quant_map"):  # a code table's size does not depend on the shape
+            message = rf"while loading {re.escape(key)}: expected {need} values, got {got}"
+        else:
+            message = rf"size mismatch for {re.escape(key)}: holds {got} .*with blocksize \d+ needs {need}"
+        with pytest.raises(RuntimeError, match=message):
             dst.load_state_dict(sd)
         assert not dst.weight.bnb_quantized  # left as it was
     stats = {k.removeprefix("weight."): v for k, v in src.state_dict().items() if k.startswith("weight.")}
-    with pytest.raises(ValueError, match="from_prequantized: data holds 100 packed codes"):
+    with pytest.raises(ValueError, match="from_prequantized: data: holds 100 packed codes"):
         bnb.nn.Params4bit.from_prequantized(src.weight.data[:100], stats)
 
 
@@ -454,3 +525,188 @@ def test_matmul_4bit_batches_compute_rows_as_the_single_row_path():
     torch.testing.assert_close(bnb.matmul_4bit(A, q, s), ref, rtol=1e-5, atol=1e-4)
     rows = torch.cat([bnb.matmul_4bit(A[i:i + 1], q, s) for i in range(4)])
     torch.testing.assert_close(bnb.matmul_4bit(A, q, s), rows, rtol=1e-5, atol=1e-4)
+
+
+def _meta_of(sd, quant_type="nf4"):
+    return json.loads(bytes(sd[f"weight.quant_state.bitsandbytes__{quant_type}"].tolist()))
+
+
+def _with_meta(sd, meta, quant_type="nf4"):
+    packed = torch.tensor(list(json.dumps(meta).encode()), dtype=torch.uint8)
+    return dict(sd, **{f"weight.quant_state.bitsandbytes__{quant_type}": packed})
+
+
+def test_matmul_4bit_computes_one_row_as_a_batch_whatever_state_code_holds():
+    # One row took gemv_4bit with state.code, a batch the quant_type's table: a changed code (a NaN from a bad
+    # checkpoint) made the results depend on the batch size. Both now read the table, as bitsandbytes' matmul_4bit.
+    W = torch.randn(32, 64)
+    packed, state = F.quantize_4bit(W, quant_type="nf4")
+    W_back = F.dequantize_4bit(packed, state)
+    A = torch.randn(2, 64)
+    want = (A.double() @ W_back.double().t()).float()
+    for code in (torch.full((16,), float("nan")), F.get_4bit_type("fp4")):
+        state.code = code
+        with torch.no_grad():
+            torch.testing.assert_close(bnb.matmul_4bit(A[:1], packed, state), want[:1])
+            torch.testing.assert_close(bnb.matmul_4bit(A, packed, state), want)
+
+
+@pytest.mark.parametrize("bad", ["nan", "fp4", "float64", "scaled"])
+def test_a_quant_map_other_than_the_quant_type_s_table_is_refused_on_load(bad):
+    src = bnb.nn.LinearNF4(64, 32).to("cpu")
+    sd = src.state_dict()
+    sd["weight.quant_map"] = {"nan": torch.full((16,), float("nan")), "fp4": F.get_4bit_type("fp4"),
+                              "float64": F.get_4bit_type("nf4").double(),
+                              "scaled": F.get_4bit_type("nf4") * 2}[bad]
+    dst = bnb.nn.LinearNF4(64, 32)
+    want = "expected float32, got float64" if bad == "float64" else r"expected nf4's 16 values \[-1.0, -0.69"
+    with pytest.raises(RuntimeError, match=r"while loading weight\.quant_map: " + want):
+        dst.load_state_dict(sd)
+    assert not dst.weight.bnb_quantized
+    stats = {k.removeprefix("weight."): v for k, v in sd.items() if k.startswith("weight.")}
+    with pytest.raises(ValueError, match=r"Params4bit.from_prequantized: quant_map: " + want):
+        bnb.nn.Params4bit.from_prequantized(sd["weight"], stats)
+    with pytest.raises(ValueError, match=r"QuantState.from_dict: quant_map: " + want):
+        bnb.QuantState.from_dict(stats, device="cpu")
+
+
+def test_bitsandbytes_fp4_table_with_a_positive_zero_loads():
+    # bitsandbytes writes FP4's "-0" as 0.0; the values are equal, so its checkpoints load.
+    src = bnb.nn.LinearFP4(64, 32).to("cpu")
+    sd = src.state_dict()
+    table = sd["weight.quant_map"].clone()
+    table[8] = 0.0
+    sd["weight.quant_map"] = table
+    dst = bnb.nn.LinearFP4(64, 32)
+    dst.load_state_dict(sd)
+    x = torch.randn(3, 64)
+    assert_same_bits(dst(x), src(x))
+
+
+# Each: (what to change in the metadata of a nested NF4 weight, or a tensor of its state dict; what the error says).
+_BAD_METADATA = [
+    ({"quant_type": [0, 5]}, r'quant_state.bitsandbytes__nf4\["quant_type"\]: is \[0, 5\], but the key names \'nf4\''),
+    ({"quant_type": "fp4"}, r"is 'fp4', but the key names 'nf4'"),
+    ({"blocksize": 0}, r'\["blocksize"\]: expected one of \(32, .*4096\), got 0'),
+    ({"blocksize": 48}, r"got 48"),
+    ({"blocksize": "64"}, r"got '64'"),
+    ({"blocksize": True}, r"got True"),
+    ({"dtype": "float64"}, r'\["dtype"\]: expected one of \(\'float32\', \'float16\', \'bfloat16\'\), got \'float64\''),
+    ({"dtype": "Tensor"}, r"got 'Tensor'"),
+    ({"dtype": 7}, r"got 7"),
+    ({"shape": [32, -64]}, r'\["shape"\]: expected a list of sizes > 0, got \[32, -64\]'),
+    ({"shape": "32x64"}, r"got '32x64'"),
+    ({"shape": None}, r"a 4-bit state needs its weight's shape, got None"),
+    ({"shape": [32.0, 64]}, r"got \[32.0, 64\]"),
+    ({"nested_blocksize": 0}, r'\["nested_blocksize"\]: expected one of .*got 0'),
+    ({"nested_dtype": "float16"}, r'\["nested_dtype"\]: expected \'float32\''),
+    ({"nested_offset": "0.5"}, r'\["nested_offset"\]: expected a finite number, got \'0.5\''),
+    ({"nested_offset": float("nan")}, r"expected a finite number, got nan"),
+    ({"nested_offset": None}, r"expected a finite number, got None"),
+    ({"blocksize": None, "dtype": None}, r'\["blocksize"\]: expected .*\n.*\["dtype"\]: expected'),  # all, listed
+    ({"absmax": 1}, r'\["absmax"\]: a tensor\'s key in the metadata'),
+    ({"colour": "red"}, r'\["colour"\]: unknown keys'),
+    ("drop blocksize", r'\["blocksize"\]: missing'),
+    ([1, 2], r"metadata is unreadable: expected a JSON object, got list"),
+    (5, r"expected a JSON object, got int"),
+    (None, r"expected a JSON object, got NoneType"),
+    ("[" * 100000, r"metadata is unreadable: JSON nested too deeply"),
+    (b"\xff", r"metadata is unreadable: not UTF-8 JSON"),
+    (torch.tensor([123, 125]), r"metadata is unreadable: expected the bytes of UTF-8 JSON as a uint8 tensor, got a "
+                               r"int64 tensor"),
+]
+_BAD_TENSORS = [
+    ("weight.absmax", lambda t: t.float(), r"weight\.absmax: expected uint8, got float32"),
+    ("weight.nested_absmax", lambda t: t.double(), r"weight\.nested_absmax: expected float32, got float64"),
+    ("weight.nested_quant_map", lambda t: torch.where(torch.arange(256) == 3, float("inf"), t),
+     r"weight\.nested_quant_map: every code value must be finite"),
+    ("weight.nested_quant_map", lambda t: t[:255], r"weight\.nested_quant_map: expected 256 values, got 255"),
+    ("weight", lambda t: t.reshape(-1).view(torch.int32),
+     r"weight: holds int32 values; packed codes are stored as one of"),
+    ("weight.absmax", lambda t: 5, r'While copying the parameter named "weight\.absmax", expected torch\.Tensor'),
+]
+
+
+def _bad_checkpoint(change):
+    src = bnb.nn.LinearNF4(64, 32).to("cpu")  # nested (compress_statistics) by default
+    sd = src.state_dict()
+    if isinstance(change, dict):
+        return _with_meta(sd, dict(_meta_of(sd), **change))
+    if change == "drop blocksize":
+        meta = _meta_of(sd)
+        del meta["blocksize"]
+        return _with_meta(sd, meta)
+    if isinstance(change, torch.Tensor):
+        return dict(sd, **{"weight.quant_state.bitsandbytes__nf4": change})
+    raw = change if isinstance(change, bytes) else (change.encode() if isinstance(change, str) else
+                                                     json.dumps(change).encode())
+    return dict(sd, **{"weight.quant_state.bitsandbytes__nf4": torch.tensor(list(raw), dtype=torch.uint8)})
+
+
+@pytest.mark.parametrize("change, message", _BAD_METADATA + [((k, f), m) for k, f, m in _BAD_TENSORS])
+def test_every_field_of_a_checkpoint_s_state_is_checked_on_load(change, message):
+    # Each went in and failed later (ZeroDivisionError, a 3-D output), or raised TypeError / AttributeError out of
+    # load_state_dict. Now each is in torch's error list: one RuntimeError naming them, strict or not.
+    if isinstance(change, tuple):
+        key, f = change
+        sd = bnb.nn.LinearNF4(64, 32).to("cpu").state_dict()
+        sd[key] = f(sd[key])
+    else:
+        sd = _bad_checkpoint(change)
+    for strict in (True, False):
+        dst = bnb.nn.LinearNF4(64, 32)
+        with pytest.raises(RuntimeError, match=r"Error\(s\) in loading state_dict for LinearNF4:\n\t(.|\n)*"
+                                               + message):
+            dst.load_state_dict(sd, strict=strict)
+        assert not dst.weight.bnb_quantized and dst.quant_state is None  # left as it was
+
+
+@pytest.mark.parametrize("absmax_dtype", [torch.float64, torch.int32, torch.float16])
+def test_embedding4bit_refuses_an_absmax_that_is_not_float32(absmax_dtype):
+    src = bnb.nn.EmbeddingNF4(20, 64).to("cpu")
+    sd = src.state_dict()
+    sd["weight.absmax"] = sd["weight.absmax"].to(absmax_dtype)
+    with pytest.raises(RuntimeError, match=rf"while loading weight\.absmax: expected float32, got "
+                                           rf"{str(absmax_dtype).removeprefix('torch.')}"):
+        bnb.nn.EmbeddingNF4(20, 64).load_state_dict(sd)
+
+
+def test_from_dict_checks_an_unpacked_8bit_state_too():
+    _, state = F.quantize_blockwise(torch.randn(300), blocksize=64, nested=True)
+    d = state.as_dict()
+    assert bnb.QuantState.from_dict(d, device="cpu") == state
+    for change, message in (({"blocksize": 0}, r"blocksize: expected one of .*got 0"),
+                            ({"quant_type": "nf5"}, r"quant_type: expected 'nf4', 'fp4' or \(an 8-bit state\) None"),
+                            ({"quant_map": d["quant_map"][:16]}, r"quant_map: expected 256 values, got 16"),
+                            ({"quant_map": torch.full((256,), float("nan"))}, r"quant_map: every code value must be "
+                                                                              r"finite"),
+                            ({"absmax": d["absmax"].float()}, r"absmax: expected uint8, got float32"),
+                            ({"nested_offset": torch.tensor(1.0)}, r"nested_offset: expected a finite number")):
+        with pytest.raises(ValueError, match=r"QuantState.from_dict: " + message):
+            bnb.QuantState.from_dict(dict(d, **change), device="cpu")
+    with pytest.raises(ValueError, match=r"from_prequantized: quant_type: expected 'nf4' or 'fp4' \(a 4-bit state\)"):
+        bnb.nn.Params4bit.from_prequantized(torch.zeros(150, dtype=torch.uint8), d)
+
+
+def test_a_meta_checkpoint_loads_with_assign_as_torch_s_parameters_do():
+    # The weight became the meta codes through .data of a CPU parameter, which torch refuses ("incompatible tensor
+    # type"); it is made over the codes now, as torch's assign=True takes a meta tensor for a plain parameter.
+    src = bnb.nn.LinearNF4(64, 32).to("cpu")
+    sd = {k: v if "quant_state" in k else v.to("meta") for k, v in src.state_dict().items()}  # metadata is read
+    dst = bnb.nn.LinearNF4(64, 32)
+    dst.load_state_dict(sd, assign=True)
+    assert type(dst.weight) is bnb.nn.Params4bit and dst.weight.device.type == "meta"
+    assert dst.quant_state is dst.weight.quant_state and dst.quant_state.absmax.device.type == "meta"
+    with pytest.raises(RuntimeError, match="is on meta but A is on cpu"):
+        dst(torch.randn(2, 64))
+    stats = {k.removeprefix("weight."): v for k, v in src.state_dict().items() if k.startswith("weight.")}
+    w = bnb.nn.Params4bit.from_prequantized(src.weight.data, stats, device="meta")
+    assert w.device.type == "meta" and w.quant_state.absmax.device.type == "meta"
+    # Without assign the codes are copied, which a meta tensor cannot be: torch's error list, as for its parameters.
+    for target in (bnb.nn.LinearNF4(64, 32), bnb.nn.LinearNF4(64, 32).to("cpu")):
+        with pytest.raises(RuntimeError, match=r'Error\(s\) in loading state_dict(.|\n)*While copying the parameter '
+                                               r'named "weight" and its quant state to cpu'):
+            target.load_state_dict(sd)
+    with pytest.raises(ValueError, match=r"absmax: a meta tensor has no values to load onto cpu"):
+        bnb.QuantState.from_dict({k: v.to("meta") for k, v in stats.items() if "quant_state" not in k}
+                                 | {k: v for k, v in stats.items() if "quant_state" in k}, device="cpu")

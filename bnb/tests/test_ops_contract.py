@@ -216,3 +216,136 @@ def test_gemm_4bit_with_bias_under_dynamic_shapes():
     f = torch.compile(lambda x, b: torch.ops.bnb.gemm_4bit(x, packed, [10, 100], absmax, 64, "nf4", bias=b),
                       fullgraph=True, dynamic=True)
     assert_same_bits(f(A, bias), torch.ops.bnb.gemm_4bit(A, packed, [10, 100], absmax, 64, "nf4", bias=bias))
+
+
+def _parity_cases():
+    """(op name, args) pairs at and around the edges of what the C++ kernels take: 2-D code and absmax (any shape
+    with the right count), wrong dtypes, counts and devices, empty and 0-d tensors, wrong out= buffers."""
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(300, generator=g)
+    nan_code, inf_code = CODE.clone(), CODE.clone()
+    nan_code[7], inf_code[255] = float("nan"), float("inf")
+    q, absmax = torch.ops.bnb.quantize_blockwise(A, CODE, 32)  # 10 blocks
+    packed, absmax4 = torch.ops.bnb.quantize_4bit(A, 64, "nf4", torch.uint8)  # 150 bytes, 5 blocks
+    W = torch.randn(8, 64, generator=g)
+    B, absmaxB = torch.ops.bnb.quantize_4bit(W, 64, "nf4", torch.uint8)  # 256 bytes, 8 blocks
+    code4 = F.get_4bit_type("nf4")
+    x = torch.randn(1, 64, generator=g)
+    offset = absmaxB.mean()
+    q8, nested = torch.ops.bnb.quantize_blockwise(absmaxB - offset, CODE, 256)
+    meta = "meta"
+    cases = []
+    for code in (CODE, CODE.view(1, 256), CODE.view(256, 1), CODE.view(16, 16), CODE.double(), CODE[:255], nan_code,
+                 inf_code, CODE.to(meta)):
+        cases.append(("quantize_blockwise", (A, code, 32)))
+        cases.append(("dequantize_blockwise", (q, absmax, code, 32, torch.float32)))
+    for a in (A.view(3, 100).t(), A[:1].reshape(()), torch.empty(0, 4), A.double(), A.int()):
+        cases.append(("quantize_blockwise", (a, CODE, 32)))
+    for bs in (100, 16, 8192):
+        cases.append(("quantize_blockwise", (A, CODE, bs)))
+        cases.append(("dequantize_blockwise", (q, absmax, CODE, bs, torch.float32)))
+    for am in (absmax.view(10, 1), absmax.view(1, 10), absmax.view(2, 5), absmax.double(), absmax.half(), absmax[:9],
+               absmax.to(meta)):
+        cases.append(("dequantize_blockwise", (q, am, CODE, 32, torch.float32)))
+        cases.append(("quantize_blockwise.out", (A, CODE, 32, torch.empty(300, dtype=torch.uint8), am.clone())))
+    for qq, dtype in ((q.view(30, 10), torch.float16), (q.view(torch.int8), torch.float32), (q, torch.int32),
+                      (q, torch.float64), (torch.empty(0, dtype=torch.uint8), torch.float32)):
+        cases.append(("dequantize_blockwise", (qq, absmax if qq.numel() else absmax[:0], CODE, 32, dtype)))
+    for out in (torch.empty(300), torch.empty(30, 10), torch.empty(300).half(), torch.empty(300, requires_grad=True),
+                torch.empty(300, device=meta)):
+        cases.append(("dequantize_blockwise.out", (q, absmax, CODE, 32, torch.float32, out)))
+    for out in (torch.empty(300, dtype=torch.uint8), torch.empty(30, 10, dtype=torch.uint8), torch.empty(300)):
+        cases.append(("quantize_blockwise.out", (A, CODE, 32, out, torch.empty(10))))
+
+    for a, bs, qt, storage in ((A, 64, "nf4", torch.uint8), (A[:128], 64, "fp4", torch.int32),
+                               (A[:128], 64, "nf4", torch.float64), (A[:128], 64, "nf4", torch.bfloat16),
+                               (A, 64, "int4", torch.uint8), (A, 100, "nf4", torch.uint8),
+                               (torch.empty(0), 64, "nf4", torch.uint8), (A.double(), 64, "nf4", torch.uint8),
+                               (A[:1].reshape(()), 64, "nf4", torch.uint8)):
+        cases.append(("quantize_4bit", (a, bs, qt, storage)))
+    for p, am, shape, dtype in ((packed, absmax4, [300], torch.float32), (packed, absmax4.view(5, 1), [3, 100],
+                                                                          torch.bfloat16),
+                                (packed, absmax4.view(1, 5), [300], torch.float16),
+                                (packed, absmax4.double(), [300], torch.float32),
+                                (packed, absmax4[:4], [300], torch.float32),
+                                (torch.cat([packed, packed[:1]]), absmax4, [300], torch.float32),
+                                (packed.view(-1)[:148].view(torch.int32), absmax4, [296], torch.float32),
+                                (packed.view(-1)[:148].view(torch.float16), absmax4, [296], torch.float32),
+                                (packed, absmax4, [-3, -100], torch.float32), (packed, absmax4, [0, 300],
+                                                                               torch.float32),
+                                (packed, absmax4, [300], torch.float64), (packed, absmax4.to(meta), [300],
+                                                                          torch.float32),
+                                (packed[:1], absmax4[:1], [], torch.float32)):
+        cases.append(("dequantize_4bit", (p, am, 64, "nf4", shape, dtype)))
+    cases.append(("dequantize_4bit", (packed, absmax4, 64, "af4", [300], torch.float32)))
+    cases.append(("dequantize_4bit", (packed, absmax4, 48, "nf4", [300], torch.float32)))
+    for out in (torch.empty(300), torch.empty(3, 100), torch.empty(300).half(), torch.empty(300, requires_grad=True)):
+        cases.append(("dequantize_4bit.out", (packed, absmax4, 64, "nf4", [300], torch.float32, out)))
+
+    for c in (code4, code4.view(1, 16), code4.view(16, 1), code4.view(4, 4), code4.double(), code4[:15],
+              torch.cat([code4, code4[:1]]), torch.full((16,), float("nan")), code4.to(meta)):
+        cases.append(("gemv_4bit", (x, B, [8, 64], absmaxB, c, 64)))
+    for xx in (x.view(1, 1, 64), x.view(64), x.double(), x.half(), x.expand(2, 64), x[:, :1].reshape(()),
+               x[:, :32]):
+        cases.append(("gemv_4bit", (xx, B, [8, 64], absmaxB, code4, 64)))
+    for bb, shapeB, am, bs in ((B, [8, 64], absmaxB.view(8, 1), 64), (B, [8, 64], absmaxB.double(), 64),
+                               (B, [8, 64], absmaxB, 100), (B, [8, 64, 1], absmaxB, 64), (B, [0, 64], absmaxB, 64),
+                               (torch.cat([B, B[:1]]), [8, 64], absmaxB, 64), (B.view(torch.int8), [8, 64], absmaxB,
+                                                                               64),
+                               (B.to(meta), [8, 64], absmaxB, 64)):
+        cases.append(("gemv_4bit", (x, bb, shapeB, am, code4, bs)))
+    for out in (torch.empty(1, 8), torch.empty(8), torch.empty(1, 8).double(), torch.empty(1, 8, requires_grad=True)):
+        cases.append(("gemv_4bit.out", (x, B, [8, 64], absmaxB, code4, 64, out)))
+
+    X = torch.randn(3, 64, generator=g)
+    for args in ((absmaxB, None, None, None, None), (absmaxB.view(8, 1), None, None, None, None),
+                 (absmaxB.double(), None, None, None, None), (absmaxB, torch.randn(8), None, None, None),
+                 (absmaxB, torch.randn(1, 8), None, None, None), (absmaxB, torch.randn(8).double(), None, None, None),
+                 (absmaxB, torch.randn(7), None, None, None),
+                 (nested, None, q8, CODE, offset), (nested.view(1, 1), None, q8.view(8, 1), CODE.view(1, 256),
+                                                    offset.view(1)),
+                 (nested, None, q8, CODE, offset.view(1, 1).double()), (nested, None, q8, CODE, offset.view(1).int()),
+                 (nested, None, q8, CODE, torch.stack([offset, offset])), (nested, None, q8, nan_code, offset),
+                 (nested, None, q8, CODE.double(), offset), (nested, None, q8.float(), CODE, offset),
+                 (nested, None, q8[:7], CODE, offset), (nested, None, q8, None, None),
+                 (absmaxB, None, None, CODE, None),
+                 (nested.double(), None, q8, CODE, offset)):
+        am, bias, a8, acode, aoff = args
+        cases.append(("gemm_4bit", (X, B, [8, 64], am, 64, "nf4", bias, a8, acode, aoff)))
+    for xx, shapeB, qt, bs in ((X.double(), [8, 64], "nf4", 64), (X[:, :32], [8, 64], "nf4", 64),
+                               (X, [8, 64, 1], "nf4", 64), (X, [8, 64], "int4", 64), (X, [8, 64], "nf4", 100),
+                               (X[0, 0].reshape(()), [8, 1], "nf4", 64)):
+        cases.append(("gemm_4bit", (xx, B, shapeB, absmaxB, bs, qt)))
+    return cases
+
+
+_PARITY = _parity_cases()
+
+
+def _outcome(fn, args):
+    args = [a.clone() if isinstance(a, torch.Tensor) and a.device.type != "meta" else a for a in args]
+    try:
+        result = fn(*args)
+    except RuntimeError as e:
+        return None, str(e)
+    results = result if isinstance(result, (tuple, list)) else [result]
+    return [r for r in results if r is not None] + [a for a in args if isinstance(a, torch.Tensor)], None
+
+
+@pytest.mark.parametrize("op, args", _PARITY, ids=[f"{i}-{op}" for i, (op, _) in enumerate(_PARITY)])
+def test_reference_kernels_take_exactly_what_the_cpu_kernels_take(op, args):
+    # The references are the kernels of every device without its own: one acceptance rule on every device. Each
+    # input either runs on both, bit for bit alike (results and out= buffers), or is a RuntimeError on both.
+    name, _, overload = op.partition(".")
+    cpu = getattr(getattr(torch.ops.bnb, name), overload or "default")
+    got, got_error = _outcome(cpu, args)
+    want, want_error = _outcome(bnb.reference._KERNELS[op], args)
+    assert (got_error is None) == (want_error is None), f"C++: {got_error or 'accepted'}; reference: " \
+                                                        f"{want_error or 'accepted'}"
+    if got is not None:
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            if name.startswith("gem"):  # the products accumulate in another order: equal up to rounding
+                torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-5, atol=1e-5, equal_nan=True)
+            else:
+                assert_same_bits(a.detach(), b.detach())

@@ -16,69 +16,83 @@ _GEMV_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # the others (flo
 
 
 def _weight(B: torch.Tensor, state: QuantState, dtype: torch.dtype) -> torch.Tensor:
-    """W in `dtype`, dequantized straight into it where the kernels write it (as bitsandbytes' gemm_4bit does): a
-    weight quantized from bfloat16 is not rounded to bfloat16 on its way to float32 activations, so a batch
-    computes each row as the single-row gemv does."""
+    """W in `dtype`, dequantized straight into it where the kernels write it (as gemm_4bit does): a weight quantized
+    from bfloat16 is not rounded to bfloat16 on its way to float32 activations."""
     if dtype in _GEMV_DTYPES:
         return F._dequantize_4bit(B, state, dtype=dtype)
     return F._dequantize_4bit(B, state).to(dtype)
 
 
 class MatMul4Bit(torch.autograd.Function):
-    """Dequantize the weight, then a dense matmul; the backward pass dequantizes again rather than keep it."""
+    """A @ W.T for activations the ops do not take (float64): dequantize the weight, then a dense matmul; the
+    backward pass dequantizes again rather than keep it. The bias is added outside (matmul_4bit)."""
 
     @staticmethod
-    def forward(ctx, A: torch.Tensor, B: torch.Tensor, bias: Optional[torch.Tensor], state: QuantState):
-        W = _weight(B, state, A.dtype)
+    def forward(ctx, A: torch.Tensor, B: torch.Tensor, state: QuantState):
         ctx.state = state
         ctx.save_for_backward(B)
-        ctx.has_bias = bias is not None
-        return torch.nn.functional.linear(A, W, None if bias is None else bias.to(A.dtype))
+        return torch.nn.functional.linear(A, _weight(B, state, A.dtype))
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
         (B,) = ctx.saved_tensors
-        grad_A = grad_bias = None
+        grad_A = None
         if ctx.needs_input_grad[0]:
             grad_A = grad_out @ _weight(B, ctx.state, grad_out.dtype)
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_bias = grad_out.reshape(-1, grad_out.shape[-1]).sum(0)
-        return grad_A, None, grad_bias, None
+        return grad_A, None, None
+
+
+def _plus_bias(y: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """y + bias, summed in float32 (float64 for float64 y) and rounded once to y's dtype. A bias of another dtype is
+    not rounded on its own first: eager would round it and inductor, which fuses the cast into the add, would not,
+    so compiled and eager results differed (by 0.0078 for one bfloat16 row)."""
+    if bias is None:
+        return y
+    acc = torch.promote_types(y.dtype, torch.float32)
+    return (y.to(acc) + bias.to(acc)).to(y.dtype)
 
 
 def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: Optional[torch.Tensor] = None,
                 bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """A @ W.T (+ bias), W = dequantize_4bit(B, quant_state). One row of a gemv dtype without grad takes gemv_4bit,
-    which never materializes W; anything else dequantizes and runs a dense matmul."""
+    """A @ W.T (+ bias), W = dequantize_4bit(B, quant_state). One row without grad takes gemv_4bit, which never
+    materializes W, and adds the bias after it (_plus_bias); more rows, or grad, take gemm_4bit, which dequantizes
+    W in A's dtype and adds the bias in A's dtype inside the op, as bitsandbytes' matmul_4bit does; float64
+    activations a dense matmul here. Each path rounds as the same code under torch.compile does."""
     if quant_state is None:
         raise ValueError("matmul_4bit needs the weight's quant_state")
+    if not A.is_floating_point():  # the weight would be truncated to A's integers, and the product too
+        raise RuntimeError(f"matmul_4bit: A must be a floating-point tensor, got {str(A.dtype).removeprefix('torch.')}")
     if len(quant_state.shape) != 2:
         raise ValueError(f"matmul_4bit: quant_state.shape must be 2D [N, K], got {list(quant_state.shape)}")
     N, K = quant_state.shape
     if A.shape[-1] == N and N != K:
-        result = _matmul_kn(A, B, quant_state, bias)
-    elif A.numel() == A.shape[-1] and A.dtype in _GEMV_DTYPES and not (torch.is_grad_enabled() and A.requires_grad):
-        result = F.gemv_4bit(A, B, state=quant_state)
-        if bias is not None:
-            result = result + bias.to(result.dtype)
-    else:
-        result = MatMul4Bit.apply(A, B, bias, quant_state)
+        result = _plus_bias(_matmul_kn(A, B, quant_state), bias)
+    elif A.dtype not in _GEMV_DTYPES:
+        result = _plus_bias(MatMul4Bit.apply(A, B, quant_state), bias)
+    elif A.numel() == A.shape[-1] and not (torch.is_grad_enabled() and A.requires_grad):
+        # The quant_type's table, not state.code: gemm_4bit dequantizes by quant_type, and a row must not be
+        # computed with other values than a batch (as bitsandbytes' matmul_4bit reads no code either).
+        y = F._gemv_4bit(A, B, quant_state, F.get_4bit_type(quant_state.quant_type, device=A.device))
+        result = _plus_bias(y, bias)
+    else:  # differentiable in A and bias through the op's registered gradient
+        result = torch.ops.bnb.gemm_4bit(A, B, list(quant_state.shape), F._absmax_of(quant_state),
+                                         quant_state.blocksize, quant_state.quant_type,
+                                         None if bias is None else bias.to(A.dtype))
     if out is not None:
         return out.copy_(result)
     return result
 
 
-def _matmul_kn(A, B, quant_state, bias):
+def _matmul_kn(A, B, quant_state):
     """A weight quantized as [K, N] (in_features first), which bitsandbytes 0.50 still multiplies, with a
     DeprecationWarning: W is dequantized and A @ W taken densely (square weights cannot be told apart, and are
     [N, K])."""
     if not torch.compiler.is_compiling():
         warnings.warn(f"matmul_4bit: weight was quantized from a [K, N] tensor (quant_state.shape="
-                      f"{list(quant_state.shape)}, A has {A.shape[-1]} columns). Quantize the weight in [N, K] "
-                      "(out_features, in_features) orientation; bitsandbytes will make this an error.",
+                      f"{list(quant_state.shape)}, A has {A.shape[-1]} columns). Re-quantize from the weight in "
+                      "[N, K] (out_features, in_features) orientation. This will be an error in a future version.",
                       DeprecationWarning, stacklevel=3)
-    bias = None if bias is None else bias.to(A.dtype)
-    return torch.nn.functional.linear(A, _weight(B, quant_state, A.dtype).t(), bias)
+    return torch.nn.functional.linear(A, _weight(B, quant_state, A.dtype).t())
 
 
 def _save_weight_args(ctx, inputs, output) -> None:
@@ -113,8 +127,9 @@ def _gemm_4bit_backward(ctx, grad):
     grad_A = grad_bias = None
     if ctx.needs_input_grad[0]:
         if absmax_8bit is not None:  # nested: absmax holds the 8-bit codes' scales, as the op's schema says
+            # The offset as the kernels add it: one value, in float32 (any dtype and shape of one value is taken).
             absmax = torch.ops.bnb.dequantize_blockwise(absmax_8bit, absmax, absmax_code, 256, torch.float32) \
-                + absmax_offset
+                + absmax_offset.to(torch.float32).reshape(())
         W = torch.ops.bnb.dequantize_4bit(B, absmax, blocksize, quant_type, shapeB, ctx.a_dtype)
         grad_A = grad @ W
     if bias is not None and ctx.needs_input_grad[6]:

@@ -12,11 +12,17 @@ from .quant_state import QuantState
 __all__ = [
     "QuantState", "create_dynamic_map", "quantize_blockwise", "dequantize_blockwise", "get_4bit_type",
     "quantize_4bit", "dequantize_4bit", "quantize_nf4", "quantize_fp4", "dequantize_nf4", "dequantize_fp4",
-    "gemv_4bit",
+    "gemv_4bit", "has_avx512bf16",
 ]
 
 _BLOCKSIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+def has_avx512bf16() -> bool:
+    """Whether this CPU has the AVX512-BF16 instructions, by CPUID (torch's cpuinfo), as bitsandbytes asks its own
+    library. False on CPUs of other architectures."""
+    return bool(torch.cpu.get_capabilities().get("avx512_bf16", False))
+
 
 def create_dynamic_map(signed: bool = True, max_exponent_bits: int = 7, total_bits: int = 8) -> torch.Tensor:
     """The dynamic quantization map (arXiv:1511.04561): 256 sorted float32 values, equal to bitsandbytes'."""
@@ -251,7 +257,12 @@ def gemv_4bit(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = No
     F.linear(A, dequantize_4bit(B, state)) without materializing the weight."""
     if state is None:
         raise ValueError("state cannot be None. gemv_4bit() requires the state from quantize_4bit()")
-    args = (A, B, list(state.shape), _absmax_of(state), state.code, state.blocksize)
+    return _gemv_4bit(A, B, state, state.code, out)
+
+
+def _gemv_4bit(A: torch.Tensor, B: torch.Tensor, state: QuantState, code: torch.Tensor,
+               out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    args = (A, B, list(state.shape), _absmax_of(state), code, state.blocksize)
     if out is not None:
         torch.ops.bnb.gemv_4bit.out(*args, out=out)
         return out

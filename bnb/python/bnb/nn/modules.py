@@ -5,10 +5,8 @@ weight.quant_map, weight.nested_*, weight.quant_state.bitsandbytes__<type>)."""
 from __future__ import annotations
 
 import copy
+import logging
 import math
-import os
-import sys
-import warnings
 from typing import Any, Optional
 
 import torch
@@ -76,12 +74,15 @@ class Params4bit(nn.Parameter):
     def from_prequantized(cls, data: torch.Tensor, quantized_stats: dict[str, Any], requires_grad: bool = False,
                           device="cpu", module: Optional[nn.Module] = None, **kwargs) -> "Params4bit":
         """A quantized weight from its packed codes and the stats of a state dict (keys without "weight.")."""
-        state = QuantState.from_dict(qs_dict=quantized_stats, device=device)
-        problems = state.size_problems_4bit(data)
+        state, problems = QuantState.checked_from_dict(quantized_stats, device=device)
+        if state is not None and state.quant_type is None:
+            problems = [("quant_type", "expected 'nf4' or 'fp4' (a 4-bit state), got None")]
+        if not problems:
+            problems = [(suffix or "data", what) for suffix, what in state.size_problems_4bit(data)]
         if problems:
-            raise ValueError("Params4bit.from_prequantized: " + "; ".join(
-                f"{suffix or 'data'} {what}" for suffix, what in problems))
-        return cls(requires_grad=requires_grad, module=module)._hold(data.to(device), state)
+            raise ValueError("Params4bit.from_prequantized: " + "; ".join(f"{k}: {what}" for k, what in problems))
+        data = data.to(device)
+        return cls(data, requires_grad=requires_grad, module=module)._hold(data, state)
 
     def _quantize(self, device) -> "Params4bit":
         w = self.data.contiguous().to(device)
@@ -99,10 +100,23 @@ class Params4bit(nn.Parameter):
             self.module.quant_state = state
         return self
 
+    def _like(self, data: torch.Tensor) -> "Params4bit":
+        """A Params4bit over `data` with this one's attributes (its quant state the same object)."""
+        return type(self).__new__(type(self), data, self.requires_grad, **self._attrs())
+
     def __copy__(self):
-        return type(self).__new__(type(self), self.data, self.requires_grad, self.quant_state, self.blocksize,
-                                  self.compress_statistics, self.quant_type, self.quant_storage, self.module,
-                                  self.bnb_quantized)
+        return self._like(self.data)
+
+    # FSDP2 shards a parameter with torch.chunk / torch.split: the shards stay Params4bit with the quant state, as in
+    # bitsandbytes. Every other op returns plain tensors, as nn.Parameter's own __torch_function__ does.
+    _SHARDING = (torch.chunk, torch.split, torch.Tensor.chunk, torch.Tensor.split)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        result = super().__torch_function__(func, types, args, kwargs or {})
+        if func in cls._SHARDING and isinstance(args[0], Params4bit):
+            return tuple(args[0]._like(piece) for piece in result)
+        return result
 
     # Module.half() / .float() / ... convert parameters by these methods: once quantized, the packed codes keep their
     # storage type (as .to(dtype) does) instead of being converted as numbers.
@@ -172,7 +186,7 @@ def _restore_weight(module: nn.Module) -> None:
         return
     if w.numel() * w.element_size() != (math.prod(state.shape) + 1) // 2:
         return  # not packed codes of this state: leave it as it is
-    module.weight = Params4bit(requires_grad=w.requires_grad, module=module)._hold(w.data, state)
+    module.weight = Params4bit(w.data, requires_grad=w.requires_grad, module=module)._hold(w.data, state)
 
 
 def _state_of(module: nn.Module) -> QuantState:
@@ -184,30 +198,19 @@ def _state_of(module: nn.Module) -> QuantState:
     return state
 
 
-_FP16_WARNED: set[bool] = set()
+# bitsandbytes reports its modules' performance advice through logging (bitsandbytes.nn.modules), where its tests
+# and users' log configuration look for it; ours goes to the logger named after this module.
+logger = logging.getLogger(__name__)
 
 
-def _warn_fp16_once(single_row: bool) -> None:
-    """bitsandbytes' warnings for float16 input to a float32-compute Linear4bit, each once per process (it does the
-    same through a global warnings filter, which we leave alone). Not while torch.compile traces: warnings.warn
-    would break its graph."""
-    if single_row in _FP16_WARNED or torch.compiler.is_compiling():
+def _log_fp16_input(single_row: bool) -> None:
+    """bitsandbytes' advice for float16 input to a float32-compute Linear4bit, on each layer's first call as there.
+    Not while torch.compile traces: a logging call would break its graph."""
+    if torch.compiler.is_compiling():
         return
-    _FP16_WARNED.add(single_row)
     slow = "slow inference." if single_row else "slow inference or training speed."
-    warnings.warn("Input type into Linear4bit is torch.float16, but bnb_4bit_compute_dtype=torch.float32 (default). "
-                  f"This will lead to {slow}", stacklevel=_caller_outside_bnb_and_torch_nn())
-
-
-def _caller_outside_bnb_and_torch_nn() -> int:
-    """The stacklevel of the first frame, from the caller up, that is neither bnb's nor torch.nn's own: a warning
-    then points at the user's line (layer(x)), not at how many torch frames a call happens to pass through."""
-    skip = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # the bnb package
-            os.path.dirname(os.path.abspath(nn.modules.module.__file__)))
-    frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(skip):
-        frame, level = frame.f_back, level + 1
-    return level
+    logger.warning("Input type into Linear4bit is torch.float16, but bnb_4bit_compute_dtype=torch.float32 (default). "
+                   f"This will lead to {slow}")
 
 
 class _Quantized4bitModule:
@@ -245,6 +248,12 @@ class _Quantized4bitModule:
         Parameter object and device (unless it is on meta) and gets copies, or with assign=True becomes the given
         tensors themselves."""
         old = self.weight
+        not_tensors = [k for k, v in ((key, data), *((f"{key}.{k}", v) for k, v in stats.items()))
+                       if not isinstance(v, torch.Tensor)]
+        if not_tensors:  # as torch reports a parameter's
+            error_msgs.extend(f"While copying the parameter named \"{k}\", expected torch.Tensor or Tensor-like "
+                              "object from checkpoint but received something else" for k in not_tensors)
+            return
         try:
             missing, unexpected = QuantState.packed_keys_check(stats, getattr(old, "quant_type", "nf4"))
         except ValueError as e:
@@ -257,12 +266,16 @@ class _Quantized4bitModule:
         stats = {k: v for k, v in stats.items() if k not in unexpected}
         if not assign:
             device = data.device if old.device.type == "meta" else old.device
-            stats = {k: v.to(device, copy=True) for k, v in stats.items()}
-            data = data.to(device, copy=True)
-        try:
-            state = QuantState.from_dict(qs_dict=stats, device=data.device)
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            error_msgs.append(f"while loading {key}: {e}")
+            try:
+                stats = {k: v.to(device, copy=True) for k, v in stats.items()}
+                data = data.to(device, copy=True)
+            except Exception as e:  # a meta checkpoint has nothing to copy: reported as torch reports a parameter's
+                error_msgs.append(f'While copying the parameter named "{key}" and its quant state to {device}, an '
+                                  f"exception occurred : {e.args}.")
+                return
+        state, problems = QuantState.checked_from_dict(stats, device=data.device)
+        if problems:
+            error_msgs.extend(f"while loading {key}.{name}: {what}" for name, what in problems)
             return
         if tuple(state.shape) != self._weight_shape():
             error_msgs.append(f"size mismatch for {key}: the checkpoint holds a 4-bit weight of shape "
@@ -274,7 +287,8 @@ class _Quantized4bitModule:
         if problems:
             return
         if assign or not isinstance(old, Params4bit):
-            self.weight = Params4bit(requires_grad=old.requires_grad, module=self)._hold(data, state)
+            # Made over data: a parameter's device cannot change by .data (a meta checkpoint with assign=True)
+            self.weight = Params4bit(data, requires_grad=old.requires_grad, module=self)._hold(data, state)
         else:  # optimizers and hooks hold the Parameter object: it stays
             old.module = self
             old._hold(data, state)
@@ -306,7 +320,7 @@ class Linear4bit(_Quantized4bitModule, nn.Linear):
         if x.dtype in (torch.float32, torch.bfloat16):
             self.compute_dtype = x.dtype
         elif x.dtype == torch.float16 and self.compute_dtype in (None, torch.float32):
-            _warn_fp16_once(single_row=x.numel() == x.shape[-1])
+            _log_fp16_input(single_row=x.numel() == x.shape[-1])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         state = _state_of(self)
@@ -324,8 +338,8 @@ class Linear4bit(_Quantized4bitModule, nn.Linear):
         in_dtype = x.dtype
         if self.compute_dtype is not None:
             x = x.to(self.compute_dtype)
-        bias = None if self.bias is None else self.bias.to(x.dtype)
-        return matmul_4bit(x, self.weight, quant_state=state, bias=bias).to(in_dtype)
+        # The bias as it is: matmul_4bit adds it with one rounding, alike in eager and compiled code.
+        return matmul_4bit(x, self.weight, quant_state=state, bias=self.bias).to(in_dtype)
 
 
 class LinearFP4(Linear4bit):
@@ -355,6 +369,9 @@ class Embedding4bit(_Quantized4bitModule, nn.Embedding):
                                  quant_type=quant_type, quant_storage=quant_storage, module=self)
         self.quant_state = None
         self.quant_storage = quant_storage
+        if embedding_dim % self.weight.blocksize != 0:  # as bitsandbytes logs it
+            logger.warning(f"Embedding size {embedding_dim} is not divisible by block size {self.weight.blocksize}: "
+                           "lookups dequantize element by element. This will lead to slow inference.")
 
     def _weight_shape(self) -> tuple[int, int]:
         return (self.num_embeddings, self.embedding_dim)
@@ -378,7 +395,8 @@ class Embedding4bit(_Quantized4bitModule, nn.Embedding):
         flat = nn.functional.embedding(input, starts) + torch.arange(dim, device=input.device)
         byte = self.weight.data.view(torch.uint8).reshape(-1)[flat >> 1].long()
         codes = torch.where((flat & 1) == 1, byte & 0xF, byte >> 4)
-        values = F.get_4bit_type(state.quant_type, device=input.device)[codes] * F._absmax_of(state)[
+        # absmax flat: a checkpoint may hold it as [blocks, 1], which indexing would broadcast into the result.
+        values = F.get_4bit_type(state.quant_type, device=input.device)[codes] * F._absmax_of(state).reshape(-1)[
             flat // state.blocksize]
         # One float32 product rounded to the state's dtype, then self.dtype: the kernels' and the other path's bits.
         return values.to(state.dtype).to(self.dtype)

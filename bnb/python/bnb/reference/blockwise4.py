@@ -9,7 +9,8 @@ import math
 
 import torch
 
-from .blockwise8 import _FLOATS, _check, _check_blocksize, nearest_code, scale_blocks, times_block_absmax
+from . import checks
+from .blockwise8 import dequantize_codes, nearest_code, scale_blocks, times_block_absmax
 
 # bitsandbytes' code values (get_4bit_type): NF4 as published, FP4 as 16 values divided by their maximum, 12.
 NF4 = [-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
@@ -18,29 +19,42 @@ NF4 = [-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.
 FP4_UNSCALED = [0, 0.0625, 8.0, 12.0, 4.0, 6.0, 2.0, 3.0, -0.0, -0.0625, -8.0, -12.0, -4.0, -6.0, -2.0, -3.0]
 
 
+def _check_quant_type(op: str, quant_type: str) -> None:
+    checks.check(quant_type in ("nf4", "fp4"), f"bnb::{op}: quant_type must be 'nf4' or 'fp4', got '{quant_type}'")
+
+
 def code4(quant_type: str, device=None) -> torch.Tensor:
-    _check(quant_type in ("nf4", "fp4"), f"quant_type must be 'nf4' or 'fp4', got {quant_type!r}")
+    checks.check(quant_type in ("nf4", "fp4"), f"quant_type must be 'nf4' or 'fp4', got {quant_type!r}")
     if quant_type == "nf4":
         return torch.tensor(NF4, dtype=torch.float32, device=device)
     return torch.tensor(FP4_UNSCALED, dtype=torch.float32, device=device) / 12.0
 
 
-def _packed_bytes(n: int, quant_storage: torch.dtype) -> int:
+def _packed_elements(op: str, n: int, quant_storage: torch.dtype) -> int:
+    checks.storage(op, "quant_storage", quant_storage)
     nbytes = (n + 1) // 2
     itemsize = torch.empty(0, dtype=quant_storage).element_size()
-    _check(nbytes % itemsize == 0,
-           f"bnb::quantize_4bit: {n} values pack into {nbytes} bytes, not a whole number of {quant_storage} "
-           f"({itemsize} bytes each); use uint8 storage or a size that divides")
-    return nbytes
+    checks.check(nbytes % itemsize == 0,
+                 f"bnb::{op}: {n} values pack into {nbytes} bytes, not a whole number of "
+                 f"{checks.dtype_name(quant_storage)} ({itemsize} bytes each); use uint8 storage or a size that "
+                 "divides")
+    return nbytes // itemsize
+
+
+def _check_absmax(op: str, absmax: torch.Tensor, A: torch.Tensor, n: int, blocksize: int) -> None:
+    checks.float32_tensor(op, "absmax", absmax, A, checks.num_blocks(n, blocksize), "one per block")
 
 
 def quantize_4bit(A: torch.Tensor, blocksize: int, quant_type: str,
                   quant_storage: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    _check(A.dtype in _FLOATS, f"bnb::quantize_4bit: A must be float32, float16 or bfloat16, got {A.dtype}")
-    _check_blocksize("quantize_4bit", blocksize)
-    _check(A.numel() > 0, f"bnb::quantize_4bit: A is empty (shape {list(A.shape)})")
+    op = "quantize_4bit"
+    checks.float_dtype(op, "A", A.dtype)
+    checks.blocksize(op, blocksize)
+    _check_quant_type(op, quant_type)
+    checks.not_empty(op, "A", A)
     n = A.numel()
-    nbytes = _packed_bytes(n, quant_storage)
+    nbytes = (n + 1) // 2
+    _packed_elements(op, n, quant_storage)
     v, absmax = scale_blocks(A, blocksize)
     code = code4(quant_type, A.device)
     codes = nearest_code(v, code)
@@ -53,53 +67,115 @@ def quantize_4bit(A: torch.Tensor, blocksize: int, quant_type: str,
 def unpack_codes(A: torch.Tensor, n: int) -> torch.Tensor:
     """The n 4-bit codes (int64) stored in A's bytes, high nibble first."""
     b = A.contiguous().view(torch.uint8).reshape(-1)
-    _check(2 * b.numel() >= n, f"bnb::dequantize_4bit: A holds {2 * b.numel()} codes, shape needs {n}")
     return torch.stack([b >> 4, b & 0xF], dim=1).reshape(-1)[:n].long()
+
+
+def _check_dequantize(op, A, absmax, blocksize, quant_type, shape, dtype) -> int:
+    checks.float_dtype(op, "dtype", dtype)
+    checks.blocksize(op, blocksize)
+    _check_quant_type(op, quant_type)
+    n = checks.shape_numel(op, "shape", shape)
+    checks.packed_bytes(op, "A", A, n)
+    _check_absmax(op, absmax, A, n, blocksize)
+    return n
 
 
 def dequantize_4bit(A: torch.Tensor, absmax: torch.Tensor, blocksize: int, quant_type: str, shape,
                     dtype: torch.dtype) -> torch.Tensor:
-    _check(dtype in _FLOATS, f"bnb::dequantize_4bit: dtype must be float32, float16 or bfloat16, got {dtype}")
-    _check_blocksize("dequantize_4bit", blocksize)
+    _check_dequantize("dequantize_4bit", A, absmax, blocksize, quant_type, shape, dtype)
     return dequantize_with_code(A, absmax, code4(quant_type, A.device), blocksize, shape, dtype)
 
 
 def dequantize_with_code(A, absmax, code, blocksize, shape, dtype):
-    n = math.prod(shape)
-    _check(absmax.numel() == -(-n // blocksize),
-           f"bnb::dequantize_4bit: absmax must hold {-(-n // blocksize)} values, got {absmax.numel()}")
-    values = code.float()[unpack_codes(A, n)]
+    """The weight of `shape` from packed codes with the 16 values `code` (any shape), for arguments already checked
+    (the gradient of gemv_4bit uses it too)."""
+    values = code.float().reshape(-1)[unpack_codes(A, math.prod(shape))]
     return times_block_absmax(values, absmax, blocksize).to(dtype).reshape(shape)
 
 
 def dequantize_4bit_out(A, absmax, blocksize, quant_type, shape, dtype, out) -> None:
-    _check(list(out.shape) == list(shape) and out.dtype == dtype,
-           f"bnb::dequantize_4bit.out: out must be {dtype} of shape {list(shape)}, got {out.dtype} {list(out.shape)}")
-    out.copy_(dequantize_4bit(A, absmax, blocksize, quant_type, shape, dtype))
+    op = "dequantize_4bit.out"
+    _check_dequantize(op, A, absmax, blocksize, quant_type, shape, dtype)
+    checks.out(op, out, shape, "shape", dtype, A)
+    out.copy_(dequantize_with_code(A, absmax, code4(quant_type, A.device), blocksize, shape, dtype))
 
 
-def gemv_4bit(A, B, shapeB, absmax, code, blocksize) -> torch.Tensor:
-    _check(A.numel() == A.shape[-1], f"bnb::gemv_4bit: A must be a single row (leading dimensions of 1), got "
-                                     f"shape {list(A.shape)}")
-    _check(A.shape[-1] == shapeB[1], f"bnb::gemv_4bit: A has {A.shape[-1]} columns, shapeB {list(shapeB)} needs "
-                                     f"{shapeB[1]}")
+def _check_gemv(op, A, B, shapeB, absmax, code, blocksize) -> list:
+    """gemv_4bit's checks; returns the output shape."""
+    checks.float_dtype(op, "A", A.dtype)
+    checks.check(A.dim() >= 1 and A.numel() == A.shape[-1], f"bnb::{op}: A must be a single row (leading "
+                                                             f"dimensions of 1), got shape {list(A.shape)}")
+    checks.check(len(shapeB) == 2 and shapeB[0] > 0 and shapeB[1] > 0,
+                 f"bnb::{op}: shapeB must be [N, K] with N, K > 0, got {list(shapeB)}")
+    checks.check(A.shape[-1] == shapeB[1], f"bnb::{op}: A has {A.shape[-1]} columns but shapeB {list(shapeB)} "
+                                           f"needs {shapeB[1]}")
+    checks.blocksize(op, blocksize)
+    n = checks.checked_numel(op, "shapeB", shapeB)
+    checks.packed_bytes(op, "B", B, n)
+    checks.same_device(op, "B", B, A)
+    _check_absmax(op, absmax, A, n, blocksize)
+    checks.float32_tensor(op, "code", code, A, 16, "the 16 values of the 4-bit type")
+    return [*A.shape[:-1], shapeB[0]]
+
+
+def _gemv(A, B, shapeB, absmax, code, blocksize) -> torch.Tensor:
     W = dequantize_with_code(B, absmax, code, blocksize, shapeB, torch.float32)
     return (A.float() @ W.t()).to(A.dtype)
 
 
+def gemv_4bit(A, B, shapeB, absmax, code, blocksize) -> torch.Tensor:
+    _check_gemv("gemv_4bit", A, B, shapeB, absmax, code, blocksize)
+    return _gemv(A, B, shapeB, absmax, code, blocksize)
+
+
 def gemv_4bit_out(A, B, shapeB, absmax, code, blocksize, out) -> None:
-    out.copy_(gemv_4bit(A, B, shapeB, absmax, code, blocksize))
+    op = "gemv_4bit.out"
+    shape = _check_gemv(op, A, B, shapeB, absmax, code, blocksize)
+    checks.out(op, out, shape, "shape", A.dtype, A)
+    out.copy_(_gemv(A, B, shapeB, absmax, code, blocksize))
 
 
 def gemm_4bit(A, B, shapeB, absmax, blocksize, quant_type, bias=None, absmax_8bit=None, absmax_code=None,
               absmax_offset=None) -> torch.Tensor:
-    _check(absmax_8bit is not None or (absmax_code is None and absmax_offset is None),
-           "bnb::gemm_4bit: absmax_code and absmax_offset describe nested statistics and go with absmax_8bit, which "
-           "is missing")
-    _check(bias is None or bias.dtype == A.dtype, f"bnb::gemm_4bit: bias must be {A.dtype}, got "
-                                                  f"{None if bias is None else bias.dtype}")
+    op = "gemm_4bit"
+    checks.float_dtype(op, "A", A.dtype)
+    checks.check(len(shapeB) == 2, f"bnb::{op}: shapeB must be [N, K], got {list(shapeB)}")
+    checks.check(A.dim() >= 1 and A.shape[-1] == shapeB[1], f"bnb::{op}: A's last dimension ({list(A.shape)}) "
+                                                            f"must equal shapeB[1] = {shapeB[1]}")
+    checks.blocksize(op, blocksize)
+    _check_quant_type(op, quant_type)
+    n = checks.shape_numel(op, "shapeB", shapeB)
+    checks.packed_bytes(op, "B", B, n)
+    checks.dtype_is(op, "absmax", absmax, torch.float32)
+    checks.same_device(op, "B", B, A)
+    checks.same_device(op, "absmax", absmax, A)
+    for name, t in (("bias", bias), ("absmax_8bit", absmax_8bit), ("absmax_code", absmax_code),
+                    ("absmax_offset", absmax_offset)):
+        if t is not None:
+            checks.same_device(op, name, t, A)
+    blocks = checks.num_blocks(n, blocksize)
     if absmax_8bit is not None:
-        from .blockwise8 import dequantize_blockwise
-        absmax = dequantize_blockwise(absmax_8bit, absmax, absmax_code, 256, torch.float32) + absmax_offset
-    W = dequantize_4bit(B, absmax, blocksize, quant_type, shapeB, A.dtype)
+        # Nested statistics: the per-block scales are 8-bit codes (blocksize 256) of absmax_code, plus the offset.
+        checks.check(absmax_code is not None and absmax_offset is not None,
+                     f"bnb::{op}: absmax_8bit needs absmax_code and absmax_offset too")
+        checks.dtype_is(op, "absmax_8bit", absmax_8bit, torch.uint8)
+        checks.numel_is(op, "absmax_8bit", absmax_8bit, blocks, "one per block of B")
+        checks.numel_is(op, "absmax", absmax, checks.num_blocks(blocks, 256), "one per 256 entries of absmax_8bit")
+        checks.float32_tensor(op, "absmax_code", absmax_code, A, 256, "one value per 8-bit code")
+        checks.check(absmax_offset.numel() == 1, f"bnb::{op}: absmax_offset must be one value, got shape "
+                                                 f"{list(absmax_offset.shape)}")
+    else:
+        checks.check(absmax_code is None and absmax_offset is None,
+                     f"bnb::{op}: absmax_code and absmax_offset describe nested statistics and go with absmax_8bit, "
+                     "which is missing")
+        checks.numel_is(op, "absmax", absmax, blocks, "one per block of B")
+    if bias is not None:
+        checks.check(bias.dim() == 1 and bias.numel() == shapeB[0], f"bnb::{op}: bias must be a vector of "
+                                                                    f"{shapeB[0]} values, got shape {list(bias.shape)}")
+        checks.dtype_is(op, "bias", bias, A.dtype)  # as F.linear: no silent conversion
+    if absmax_8bit is not None:
+        checks.finite_code(op, absmax_code, "absmax_code: ")
+        absmax = (dequantize_codes(absmax_8bit, absmax, absmax_code, 256, torch.float32)
+                  + absmax_offset.to(torch.float32).reshape(()))
+    W = dequantize_with_code(B, absmax, code4(quant_type, A.device), blocksize, shapeB, A.dtype)
     return torch.nn.functional.linear(A, W, bias)

@@ -7,27 +7,17 @@ code, NaN to the lowest value), found by the splits between sorted neighbours (s
 
 import torch
 
-_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+from . import checks
 
 
-def _check(cond: bool, msg: str) -> None:
-    # RuntimeError, as the C++ kernels' TORCH_CHECK raises: an op fails the same way on every device.
-    if not cond:
-        raise RuntimeError(msg)
+def _check_code(op: str, code: torch.Tensor, A: torch.Tensor) -> None:
+    """A codebook as the C++ kernels take it: 256 float32 values of any shape, on A's device, all finite."""
+    checks.float32_tensor(op, "code", code, A, 256, "one value per 8-bit code")
+    checks.finite_code(op, code)
 
 
-# The 8-bit ops take blocks up to 2^30 values here, as on the CPU (bnb::core::kMaxCpuBlocksize8); the 4-bit ones 4096.
-MAX_BLOCKSIZE_8BIT = 1 << 30
-
-
-def _check_blocksize(op: str, blocksize: int, largest: int = 4096) -> None:
-    _check(32 <= blocksize <= largest and blocksize & (blocksize - 1) == 0,
-           f"bnb::{op}: blocksize must be a power of two in [32, {largest}], got {blocksize}")
-
-
-def _check_code(op: str, code: torch.Tensor) -> None:
-    _check(code.dtype == torch.float32 and code.numel() == 256,
-           f"bnb::{op}: code must hold 256 float32 values, got {code.numel()} {code.dtype}")
+def _check_absmax(op: str, absmax: torch.Tensor, A: torch.Tensor, blocksize: int) -> None:
+    checks.float32_tensor(op, "absmax", absmax, A, checks.num_blocks(A.numel(), blocksize), "one per block of A")
 
 
 def split_points(values: torch.Tensor) -> torch.Tensor:
@@ -45,8 +35,8 @@ def split_points(values: torch.Tensor) -> torch.Tensor:
 
 
 def nearest_code(v: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
-    """uint8 codes of the scaled float32 values v (any shape) in the codebook `code` (256 or 16 entries)."""
-    values, order = torch.sort(code.float(), stable=True)
+    """uint8 codes of the scaled float32 values v (any shape) in the codebook `code` (256 or 16 entries, any shape)."""
+    values, order = torch.sort(code.float().reshape(-1), stable=True)
     first_of_run = torch.searchsorted(values, values)  # equal values share the first position of their run
     lowest_code = order[first_of_run]
     pos = torch.searchsorted(split_points(values), v.contiguous(), right=False)  # number of splits strictly below v
@@ -76,44 +66,71 @@ def times_block_absmax(values: torch.Tensor, absmax: torch.Tensor, blocksize: in
     return (padded.view(blocks, blocksize) * absmax.float().reshape(blocks, 1)).reshape(-1)[:n]
 
 
+def _check_quantize(op: str, A: torch.Tensor, code: torch.Tensor, blocksize: int) -> None:
+    checks.float_dtype(op, "A", A.dtype)
+    checks.blocksize(op, blocksize, checks.MAX_BLOCKSIZE_8BIT)
+    checks.not_empty(op, "A", A)
+    _check_code(op, code, A)
+
+
 def quantize_blockwise(A: torch.Tensor, code: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, torch.Tensor]:
-    _check(A.dtype in _FLOATS, f"bnb::quantize_blockwise: A must be float32, float16 or bfloat16, got {A.dtype}")
-    _check_blocksize("quantize_blockwise", blocksize, MAX_BLOCKSIZE_8BIT)
-    _check(A.numel() > 0, f"bnb::quantize_blockwise: A is empty (shape {list(A.shape)})")
-    _check_code("quantize_blockwise", code)
+    _check_quantize("quantize_blockwise", A, code, blocksize)
     v, absmax = scale_blocks(A, blocksize)
-    return nearest_code(v, code.to(A.device)).view(A.shape), absmax
+    return nearest_code(v, code).view(A.shape), absmax
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the bytes a and b span share storage (strided views count by their whole span)."""
+    if a.numel() == 0 or b.numel() == 0 or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+
+    def span(t):
+        start = t.storage_offset() * t.element_size()
+        return start, start + (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
 
 
 def quantize_blockwise_into(A: torch.Tensor, code: torch.Tensor, blocksize: int, out: torch.Tensor,
-                           absmax: torch.Tensor) -> None:
+                            absmax: torch.Tensor) -> None:
+    op = "quantize_blockwise_into"
+    _check_quantize(op, A, code, blocksize)
+    checks.out(op, out, A.shape, "A's shape", torch.uint8, A)
+    _check_absmax(op, absmax, A, blocksize)
+    checks.writable(op, "absmax", absmax)
+    checks.check(not _overlap(out, absmax), f"bnb::{op}: out and absmax share memory; pass separate tensors")
     codes, am = quantize_blockwise(A, code, blocksize)
-    _check(out.shape == A.shape and out.dtype == torch.uint8,
-           f"bnb::quantize_blockwise_into: out must be uint8 of shape {list(A.shape)}, got {out.dtype} "
-           f"{list(out.shape)}")
-    _check(absmax.numel() == am.numel() and absmax.dtype == torch.float32,
-           f"bnb::quantize_blockwise_into: absmax must be float32 with {am.numel()} values (one per block of A), "
-           f"got {absmax.dtype} with {absmax.numel()}")
     out.copy_(codes)
     absmax.copy_(am.view(absmax.shape))
 
 
+def _check_dequantize(op: str, A: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor, blocksize: int,
+                      dtype: torch.dtype) -> None:
+    checks.float_dtype(op, "dtype", dtype)
+    checks.dtype_is(op, "A", A, torch.uint8)
+    checks.blocksize(op, blocksize, checks.MAX_BLOCKSIZE_8BIT)
+    checks.not_empty(op, "A", A)
+    _check_absmax(op, absmax, A, blocksize)
+    _check_code(op, code, A)
+
+
 def dequantize_blockwise(A: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor, blocksize: int,
                          dtype: torch.dtype) -> torch.Tensor:
-    _check(A.dtype == torch.uint8, f"bnb::dequantize_blockwise: A must be uint8, got {A.dtype}")
-    _check(dtype in _FLOATS, f"bnb::dequantize_blockwise: dtype must be float32, float16 or bfloat16, got {dtype}")
-    _check_blocksize("dequantize_blockwise", blocksize, MAX_BLOCKSIZE_8BIT)
-    _check_code("dequantize_blockwise", code)
-    n = A.numel()
-    _check(absmax.numel() == -(-n // blocksize),
-           f"bnb::dequantize_blockwise: absmax must hold {-(-n // blocksize)} values, got {absmax.numel()}")
-    values = code.float().to(A.device)[A.reshape(-1).long()]
+    _check_dequantize("dequantize_blockwise", A, absmax, code, blocksize, dtype)
+    return dequantize_codes(A, absmax, code, blocksize, dtype)
+
+
+def dequantize_codes(A: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor, blocksize: int,
+                     dtype: torch.dtype) -> torch.Tensor:
+    """dequantize_blockwise's values, for arguments already checked."""
+    values = code.float().reshape(-1)[A.reshape(-1).long()]
     return times_block_absmax(values, absmax, blocksize).to(dtype).view(A.shape)
 
 
 def dequantize_blockwise_out(A: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor, blocksize: int,
                              dtype: torch.dtype, out: torch.Tensor) -> None:
-    _check(out.shape == A.shape and out.dtype == dtype,
-           f"bnb::dequantize_blockwise.out: out must be {dtype} of shape {list(A.shape)}, got {out.dtype} "
-           f"{list(out.shape)}")
-    out.copy_(dequantize_blockwise(A, absmax, code, blocksize, dtype))
+    op = "dequantize_blockwise.out"
+    _check_dequantize(op, A, absmax, code, blocksize, dtype)
+    checks.out(op, out, A.shape, "A's shape", dtype, A)
+    out.copy_(dequantize_codes(A, absmax, code, blocksize, dtype))
