@@ -241,13 +241,13 @@ def _parity_cases():
         cases.append(("dequantize_blockwise", (q, absmax, code, 32, torch.float32)))
     for a in (A.view(3, 100).t(), A[:1].reshape(()), torch.empty(0, 4), A.double(), A.int()):
         cases.append(("quantize_blockwise", (a, CODE, 32)))
-    for bs in (100, 16, 8192):
+    for bs in (100, 16, 8192, 2**31):
         cases.append(("quantize_blockwise", (A, CODE, bs)))
         cases.append(("dequantize_blockwise", (q, absmax, CODE, bs, torch.float32)))
     for am in (absmax.view(10, 1), absmax.view(1, 10), absmax.view(2, 5), absmax.double(), absmax.half(), absmax[:9],
                absmax.to(meta)):
         cases.append(("dequantize_blockwise", (q, am, CODE, 32, torch.float32)))
-        cases.append(("quantize_blockwise.out", (A, CODE, 32, torch.empty(300, dtype=torch.uint8), am.clone())))
+        cases.append(("quantize_blockwise_into", (A, CODE, 32, torch.empty(300, dtype=torch.uint8), am.clone())))
     for qq, dtype in ((q.view(30, 10), torch.float16), (q.view(torch.int8), torch.float32), (q, torch.int32),
                       (q, torch.float64), (torch.empty(0, dtype=torch.uint8), torch.float32)):
         cases.append(("dequantize_blockwise", (qq, absmax if qq.numel() else absmax[:0], CODE, 32, dtype)))
@@ -255,7 +255,7 @@ def _parity_cases():
                 torch.empty(300, device=meta)):
         cases.append(("dequantize_blockwise.out", (q, absmax, CODE, 32, torch.float32, out)))
     for out in (torch.empty(300, dtype=torch.uint8), torch.empty(30, 10, dtype=torch.uint8), torch.empty(300)):
-        cases.append(("quantize_blockwise.out", (A, CODE, 32, out, torch.empty(10))))
+        cases.append(("quantize_blockwise_into", (A, CODE, 32, out, torch.empty(10))))
 
     for a, bs, qt, storage in ((A, 64, "nf4", torch.uint8), (A[:128], 64, "fp4", torch.int32),
                                (A[:128], 64, "nf4", torch.float64), (A[:128], 64, "nf4", torch.bfloat16),
