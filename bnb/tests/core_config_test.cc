@@ -8,11 +8,11 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <mutex>
+#include <optional>
 #include <vector>
 
 #include "bnb/core/cpu_settings.h"
-#include "bnb/core/warnings.h"
+#include "bnb/tests/captured_warnings.h"
 #include "gtest/gtest.h"
 
 namespace bnb::core {
@@ -151,13 +151,10 @@ class ConfigTrustTest : public testing::Test {
     ASSERT_EQ(chdir((dir_ + "/project").c_str()), 0);
     setenv("XDG_CONFIG_HOME", (dir_ + "/xdg").c_str(), 1);
     ClearEnv();
-    previous_sink_ = SetProcessWarningSink([this](const std::string& m) {
-      std::lock_guard<std::mutex> lock(mu_);
-      warnings_.push_back(m);
-    });
+    warnings_.emplace();
   }
   void TearDown() override {
-    SetProcessWarningSink(previous_sink_);
+    warnings_.reset();
     ClearEnv();
   }
   static void ClearEnv() {
@@ -172,23 +169,11 @@ class ConfigTrustTest : public testing::Test {
     return path;
   }
   // How many warnings hold `fragment`.
-  int Warned(const std::string& fragment) {
-    std::lock_guard<std::mutex> lock(mu_);
-    int n = 0;
-    for (const std::string& w : warnings_) n += w.find(fragment) != std::string::npos;
-    return n;
-  }
-  std::string AllWarnings() {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::string all;
-    for (const std::string& w : warnings_) all += w + "\n";
-    return all;
-  }
+  int Warned(const std::string& fragment) { return warnings_->Count(fragment); }
+  std::string AllWarnings() { return warnings_->All(); }
 
   std::string dir_;
-  WarningSink previous_sink_;
-  std::mutex mu_;
-  std::vector<std::string> warnings_;
+  std::optional<tests::CapturedWarnings> warnings_;
 };
 
 #define EXPECT_HAS(text, fragment) \

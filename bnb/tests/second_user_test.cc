@@ -8,13 +8,12 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "bnb/core/config.h"
-#include "bnb/core/warnings.h"
+#include "bnb/tests/captured_warnings.h"
 #include "bnb/jit/cuda_api.h"
 #include "bnb/jit/disk_cache.h"
 #include "gtest/gtest.h"
@@ -66,14 +65,11 @@ class SecondUserTest : public testing::Test {
     other_ = *uid;
     setenv("XDG_CONFIG_HOME", (dir_ + "/xdg").c_str(), 1);
     ClearEnv();
-    previous_sink_ = core::SetProcessWarningSink([this](const std::string& m) {
-      std::lock_guard<std::mutex> lock(mu_);
-      warnings_.push_back(m);
-    });
+    warnings_.emplace();
   }
   void TearDown() override {
     if (other_ == 0) return;  // skipped before anything was changed
-    core::SetProcessWarningSink(previous_sink_);
+    warnings_.reset();
     ClearEnv();
   }
   static void ClearEnv() {
@@ -92,25 +88,13 @@ class SecondUserTest : public testing::Test {
     EXPECT_EQ(lchown(path.c_str(), owner, static_cast<gid_t>(-1)), 0) << path;
     return path;
   }
-  int Warned(const std::string& fragment) {
-    std::lock_guard<std::mutex> lock(mu_);
-    int n = 0;
-    for (const std::string& w : warnings_) n += w.find(fragment) != std::string::npos;
-    return n;
-  }
-  std::string AllWarnings() {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::string all;
-    for (const std::string& w : warnings_) all += w + "\n";
-    return all;
-  }
+  int Warned(const std::string& fragment) { return warnings_->Count(fragment); }
+  std::string AllWarnings() { return warnings_->All(); }
   std::string Uid(uid_t u) { return std::to_string(u); }
 
   std::string dir_;
   uid_t other_ = 0;
-  core::WarningSink previous_sink_;
-  std::mutex mu_;
-  std::vector<std::string> warnings_;
+  std::optional<tests::CapturedWarnings> warnings_;
 };
 
 // A shared working directory (mode 1777, as /tmp) where the other user may leave a bnb.toml.

@@ -94,5 +94,5 @@ def print_bandwidth_table(cases, rounds: int, width: int) -> None:
     copy_bytes, copy_times = cases[0][2], times[0]
     for (name, _, nbytes), ts in zip(cases, times):
         ratios = sorted((nbytes / t) / (copy_bytes / c) for t, c in zip(ts, copy_times))
-        print(f"{name:<{width}}{min(ts) * 1e3:>9.2f}{nbytes / min(ts) / 1e9:>9.2f}"
+        print(f"{name:<{width}}{min(ts) * 1e3:>9.3f}{nbytes / min(ts) / 1e9:>9.2f}"
               f"{100 * ratios[len(ratios) // 2]:>10.0f}%")
