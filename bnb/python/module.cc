@@ -14,6 +14,7 @@
 #include "bnb/jit/all_kernels.h"
 #include "bnb/jit/cuda_api.h"
 #include "bnb/jit/kernel_cache.h"
+#include "bnb/ops/common/negative_views.h"
 
 namespace py = pybind11;
 
@@ -77,6 +78,7 @@ KnobValue FromPython(const std::string& name, const py::handle& h) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "bnb's C++ core: configuration, CPU dispatch and codebooks. Loading it registers torch.ops.bnb.*";
+  bnb::ops::RegisterNegativeViewOuts();  // derived from the schemas, which the library's static initializers defined
 
   m.def("config_get", [](const std::string& name) { return ToPython(Unwrap(Config::Global().Get(name)).value); });
   m.def("config_source", [](const std::string& name) { return FsStr(Unwrap(Config::Global().Get(name)).source); });

@@ -74,5 +74,6 @@ def test_thread_scaling_line_leaves_the_config_as_it_was():
         assert "nothing to compare" in line
     else:
         ratio = float(re.search(r"in cache (\d+\.\d+)x as fast", line).group(1))
-        assert 0 < ratio < 2 * torch.get_num_threads(), line
+        # 0.00 is possible: two threads on a core another process keeps busy can stall each other for long.
+        assert 0 <= ratio < 2 * torch.get_num_threads(), line
     assert [(bnb.config.get(n), bnb.config.source(n)) for n in KNOBS] == before

@@ -67,10 +67,55 @@ def test_meta_shapes():
         torch.ops.bnb.dequantize_blockwise(q, absmax[:5], CODE.to("meta"), 256, torch.float16)
 
 
+BNB_OPS = sorted(n.removeprefix("bnb::") for n in torch._C._dispatch_get_all_op_names() if n.startswith("bnb::"))
+
+
+def dispatch_table(name: str) -> dict:
+    """bnb::<name>'s dispatch table, dispatch key -> what serves it, from the dispatcher itself."""
+    rows = (line.partition(": ") for line in torch._C._dispatch_dump_table(f"bnb::{name}").splitlines())
+    return {key: served for key, _, served in rows}
+
+
+def overload(name: str):
+    base, _, over = name.partition(".")
+    return getattr(getattr(torch.ops.bnb, base), over or "default")
+
+
+def test_every_op_has_one_reference_kernel_with_its_facts():
+    assert len(BNB_OPS) >= 10
+    assert sorted(bnb.reference.OPS) == BNB_OPS
+
+
+@pytest.mark.parametrize("name", BNB_OPS)
+def test_every_op_has_its_backend_kernels_and_an_autograd_rule(name):
+    rows = dispatch_table(name)
+    for key in ("CPU", "CUDA", "Meta"):  # bnb's own, from its family's backend file
+        assert re.fullmatch(rf"registered at .*bnb/ops/\w+/{key.lower()}\.cc:\d+ \[kernel\]", rows[key]), (key, rows)
+    # Every other device: the reference kernel, through CompositeExplicitAutograd.
+    assert re.fullmatch(r"registered at .*bnb/reference/__init__\.py:\d+ \[default backend kernel\]",
+                        rows["PrivateUse1"]), rows
+    # An autograd formula where the op is differentiable, else an explicit fall-through (outputs never need grad).
+    if bnb.reference.OPS[name].differentiable:
+        assert re.fullmatch(r"registered at .*torch/library\.py:\d+ \[autograd kernel\]", rows["AutogradCPU"]), rows
+    else:
+        assert re.fullmatch(r"fallthrough registered at .*bnb/reference/__init__\.py:\d+ \[autograd kernel\]",
+                            rows["AutogradCPU"]), rows
+    # Ops that write an argument write through negative views too (derived from the schema).
+    writes = any(a.alias_info is not None and a.alias_info.is_write for a in overload(name)._schema.arguments)
+    assert ("bnb/ops/common/negative_views.cc" in rows["Negative"]) == writes, rows["Negative"]
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("name", BNB_OPS)
+def test_every_op_passes_opcheck_on_its_example(name, device):
+    args, kwargs = bnb.reference.OPS[name].example(torch.device(device))
+    opcheck(overload(name), args, kwargs)
+
+
 def test_reference_kernel_is_the_default_for_other_backends():
     table = torch._C._dispatch_dump_table("bnb::quantize_blockwise")
-    assert re.search(r"CPU: registered at .*blockwise8\.cc.*\[kernel\]", table)
-    assert re.search(r"Meta: registered at .*blockwise8\.cc.*\[kernel\]", table)
+    assert re.search(r"CPU: registered at .*blockwise8/cpu\.cc.*\[kernel\]", table)
+    assert re.search(r"Meta: registered at .*blockwise8/meta\.cc.*\[kernel\]", table)
     assert re.search(r"PrivateUse1: registered at .*reference.*\[default backend kernel\]", table)
     # Run the kernel a device without its own would get: the Python reference.
     A = torch.randn(3000)
@@ -339,7 +384,7 @@ def test_reference_kernels_take_exactly_what_the_cpu_kernels_take(op, args):
     name, _, overload = op.partition(".")
     cpu = getattr(getattr(torch.ops.bnb, name), overload or "default")
     got, got_error = _outcome(cpu, args)
-    want, want_error = _outcome(bnb.reference._KERNELS[op], args)
+    want, want_error = _outcome(bnb.reference.OPS[op].kernel, args)
     assert (got_error is None) == (want_error is None), f"C++: {got_error or 'accepted'}; reference: " \
                                                         f"{want_error or 'accepted'}"
     if got is not None:

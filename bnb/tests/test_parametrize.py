@@ -34,6 +34,13 @@ class Params(nn.Module):
         self.not_param = torch.randn(32, generator=g).to(device, dtype)
 
 
+@pytest.fixture(autouse=True)
+def _seeded():
+    # Fixed data: the error bounds below are bitsandbytes', met by typical draws, not by every one (a relative
+    # error over outputs near zero is heavy-tailed).
+    torch.manual_seed(0)
+
+
 def errors(original, reconstructed):
     err = (original.float() - reconstructed.float()).abs()
     return err.mean().item(), (err / (original.float().abs() + 1e-8)).mean().item()

@@ -1,31 +1,34 @@
 """Pure-torch reference kernels: the test oracle for every C++ kernel, and the kernel of every device that has no
-C++ one (registered as CompositeExplicitAutograd, so any backend's own kernel wins over them)."""
+C++ one (registered as CompositeExplicitAutograd, so any backend's own kernel wins over them). Each op's kernel and
+facts are declared beside it (registry.kernel); a module of this package is an op family's file, found by name."""
+
+import importlib
+import pkgutil
 
 import torch
 
-from . import blockwise4, blockwise8
-
-_KERNELS = {
-    "quantize_blockwise": blockwise8.quantize_blockwise,
-    "quantize_blockwise_into": blockwise8.quantize_blockwise_into,
-    "dequantize_blockwise": blockwise8.dequantize_blockwise,
-    "dequantize_blockwise.out": blockwise8.dequantize_blockwise_out,
-    "quantize_4bit": blockwise4.quantize_4bit,
-    "dequantize_4bit": blockwise4.dequantize_4bit,
-    "dequantize_4bit.out": blockwise4.dequantize_4bit_out,
-    "gemv_4bit": blockwise4.gemv_4bit,
-    "gemv_4bit.out": blockwise4.gemv_4bit_out,
-    "gemm_4bit": blockwise4.gemm_4bit,
-}
+from .registry import OPS, OpInfo
 
 _lib = None
 
 
+def _load_families() -> None:
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
+
+
 def register() -> None:
-    """Registers the reference kernels with the dispatcher, once."""
+    """Registers every reference kernel with the dispatcher, and marks the ops without gradients so (their Autograd
+    key falls through, so outputs never require grad), once."""
     global _lib
     if _lib is not None:
         return
+    _load_families()
     _lib = torch.library.Library("bnb", "IMPL")
-    for name, fn in _KERNELS.items():
-        _lib.impl(name, fn, "CompositeExplicitAutograd")
+    for info in OPS.values():
+        _lib.impl(info.name, info.kernel, "CompositeExplicitAutograd")
+        if not info.differentiable:
+            _lib.impl(info.name, torch.library.fallthrough_kernel, "Autograd")
+
+
+__all__ = ["OPS", "OpInfo", "register"]

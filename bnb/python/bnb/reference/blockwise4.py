@@ -10,6 +10,7 @@ import math
 import torch
 
 from . import checks
+from .registry import kernel
 from .blockwise8 import dequantize_codes, nearest_code, scale_blocks, times_block_absmax
 
 # bitsandbytes' code values (get_4bit_type): NF4 as published, FP4 as 16 values divided by their maximum, 12.
@@ -45,6 +46,14 @@ def _check_absmax(op: str, absmax: torch.Tensor, A: torch.Tensor, n: int, blocks
     checks.float32_tensor(op, "absmax", absmax, A, checks.num_blocks(n, blocksize), "one per block")
 
 
+def _weight_example(device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A small [64, 96] bfloat16 weight, its NF4 codes and absmax at blocksize 64 (the ops' examples)."""
+    W = torch.randn(64, 96, generator=torch.Generator().manual_seed(0)).to(device, torch.bfloat16)
+    packed, absmax = quantize_4bit(W, 64, "nf4", torch.uint8)
+    return W, packed, absmax
+
+
+@kernel("quantize_4bit", differentiable=False, example=lambda d: ((_weight_example(d)[0], 64, "nf4", torch.uint8), {}))
 def quantize_4bit(A: torch.Tensor, blocksize: int, quant_type: str,
                   quant_storage: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     op = "quantize_4bit"
@@ -80,6 +89,13 @@ def _check_dequantize(op, A, absmax, blocksize, quant_type, shape, dtype) -> int
     return n
 
 
+def _dequantize_example(device, out: bool = False):
+    _, packed, absmax = _weight_example(device)
+    return ((packed, absmax, 64, "nf4", [64, 96], torch.bfloat16),
+            {"out": torch.empty(64, 96, dtype=torch.bfloat16, device=device)} if out else {})
+
+
+@kernel("dequantize_4bit", differentiable=False, example=_dequantize_example)
 def dequantize_4bit(A: torch.Tensor, absmax: torch.Tensor, blocksize: int, quant_type: str, shape,
                     dtype: torch.dtype) -> torch.Tensor:
     _check_dequantize("dequantize_4bit", A, absmax, blocksize, quant_type, shape, dtype)
@@ -93,6 +109,7 @@ def dequantize_with_code(A, absmax, code, blocksize, shape, dtype):
     return times_block_absmax(values, absmax, blocksize).to(dtype).reshape(shape)
 
 
+@kernel("dequantize_4bit.out", differentiable=False, example=lambda d: _dequantize_example(d, out=True))
 def dequantize_4bit_out(A, absmax, blocksize, quant_type, shape, dtype, out) -> None:
     op = "dequantize_4bit.out"
     _check_dequantize(op, A, absmax, blocksize, quant_type, shape, dtype)
@@ -123,11 +140,20 @@ def _gemv(A, B, shapeB, absmax, code, blocksize) -> torch.Tensor:
     return (A.float() @ W.t()).to(A.dtype)
 
 
+def _gemv_example(device, out: bool = False):
+    _, packed, absmax = _weight_example(device)
+    A = torch.randn(1, 96, generator=torch.Generator().manual_seed(1)).to(device, torch.bfloat16)
+    return ((A, packed, [64, 96], absmax, code4("nf4", device), 64),
+            {"out": torch.empty(1, 64, dtype=torch.bfloat16, device=device)} if out else {})
+
+
+@kernel("gemv_4bit", differentiable=True, example=_gemv_example)
 def gemv_4bit(A, B, shapeB, absmax, code, blocksize) -> torch.Tensor:
     _check_gemv("gemv_4bit", A, B, shapeB, absmax, code, blocksize)
     return _gemv(A, B, shapeB, absmax, code, blocksize)
 
 
+@kernel("gemv_4bit.out", differentiable=False, example=lambda d: _gemv_example(d, out=True))
 def gemv_4bit_out(A, B, shapeB, absmax, code, blocksize, out) -> None:
     op = "gemv_4bit.out"
     shape = _check_gemv(op, A, B, shapeB, absmax, code, blocksize)
@@ -135,6 +161,13 @@ def gemv_4bit_out(A, B, shapeB, absmax, code, blocksize, out) -> None:
     out.copy_(_gemv(A, B, shapeB, absmax, code, blocksize))
 
 
+def _gemm_example(device):
+    _, packed, absmax = _weight_example(device)
+    A = torch.randn(3, 96, generator=torch.Generator().manual_seed(1)).to(device, torch.bfloat16)
+    return (A, packed, [64, 96], absmax, 64, "nf4"), {"bias": torch.ones(64, dtype=torch.bfloat16, device=device)}
+
+
+@kernel("gemm_4bit", differentiable=True, example=_gemm_example)
 def gemm_4bit(A, B, shapeB, absmax, blocksize, quant_type, bias=None, absmax_8bit=None, absmax_code=None,
               absmax_offset=None) -> torch.Tensor:
     op = "gemm_4bit"

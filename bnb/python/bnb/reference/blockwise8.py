@@ -8,6 +8,7 @@ code, NaN to the lowest value), found by the splits between sorted neighbours (s
 import torch
 
 from . import checks
+from .registry import kernel
 
 
 def _check_code(op: str, code: torch.Tensor, A: torch.Tensor) -> None:
@@ -73,6 +74,15 @@ def _check_quantize(op: str, A: torch.Tensor, code: torch.Tensor, blocksize: int
     _check_code(op, code, A)
 
 
+def _example_inputs(device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A small float32 tensor, a codebook, and A's codes and absmax at blocksize 64 (the ops' examples)."""
+    A = torch.randn(3, 100, generator=torch.Generator().manual_seed(0)).to(device)
+    code = torch.linspace(-1, 1, 256).to(device)
+    q, absmax = quantize_blockwise(A, code, 64)
+    return A, code, q, absmax
+
+
+@kernel("quantize_blockwise", differentiable=False, example=lambda d: (_example_inputs(d)[:2] + (64,), {}))
 def quantize_blockwise(A: torch.Tensor, code: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, torch.Tensor]:
     _check_quantize("quantize_blockwise", A, code, blocksize)
     v, absmax = scale_blocks(A, blocksize)
@@ -92,6 +102,12 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
+def _quantize_into_example(device):
+    A, code, q, absmax = _example_inputs(device)
+    return (A, code, 64, torch.empty_like(q), torch.empty_like(absmax)), {}
+
+
+@kernel("quantize_blockwise_into", differentiable=False, example=_quantize_into_example)
 def quantize_blockwise_into(A: torch.Tensor, code: torch.Tensor, blocksize: int, out: torch.Tensor,
                             absmax: torch.Tensor) -> None:
     op = "quantize_blockwise_into"
@@ -115,6 +131,13 @@ def _check_dequantize(op: str, A: torch.Tensor, absmax: torch.Tensor, code: torc
     _check_code(op, code, A)
 
 
+def _dequantize_example(device, out: bool = False):
+    A, code, q, absmax = _example_inputs(device)
+    return (q, absmax, code, 64, torch.bfloat16), ({"out": torch.empty(A.shape, dtype=torch.bfloat16,
+                                                                      device=device)} if out else {})
+
+
+@kernel("dequantize_blockwise", differentiable=False, example=_dequantize_example)
 def dequantize_blockwise(A: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor, blocksize: int,
                          dtype: torch.dtype) -> torch.Tensor:
     _check_dequantize("dequantize_blockwise", A, absmax, code, blocksize, dtype)
@@ -128,6 +151,7 @@ def dequantize_codes(A: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor, 
     return times_block_absmax(values, absmax, blocksize).to(dtype).view(A.shape)
 
 
+@kernel("dequantize_blockwise.out", differentiable=False, example=lambda d: _dequantize_example(d, out=True))
 def dequantize_blockwise_out(A: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor, blocksize: int,
                              dtype: torch.dtype, out: torch.Tensor) -> None:
     op = "dequantize_blockwise.out"

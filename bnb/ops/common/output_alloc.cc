@@ -1,4 +1,4 @@
-#include "bnb/ops/output_alloc.h"
+#include "bnb/ops/common/output_alloc.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "bnb/ops/checks.h"
+#include "bnb/ops/common/checks.h"
 
 #include <c10/core/GradMode.h>
 

@@ -1,11 +1,15 @@
-// The .out overloads under torch's Negative dispatch key (an argument that is a negative view, such as
+// The out= ops under torch's Negative dispatch key (an argument that is a negative view, such as
 // x.conj().imag). torch's fallback for such views assumes an out= overload returns its out tensors, which these
 // (bitsandbytes' schemas, returning ()) do not, and it aborted the process. Here inputs are resolved, and each
 // negative-view out is written through a plain temporary, then copied in (copy_ honours the view's sign).
+#include "bnb/ops/common/negative_views.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -35,11 +39,26 @@ void NegativeViewOuts(const c10::OperatorHandle& op, c10::DispatchKeySet ks, tor
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(bnb, Negative, m) {
-  for (const char* name : {"quantize_blockwise_into", "dequantize_blockwise.out", "dequantize_4bit.out",
-                           "gemv_4bit.out"}) {
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&NegativeViewOuts>());
-  }
+void RegisterNegativeViewOuts() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Never destroyed: the registrations live as long as the process.
+    auto* lib = new torch::Library(torch::Library::IMPL, "bnb", c10::DispatchKey::Negative, __FILE__, __LINE__);
+    constexpr const char* kPrefix = "bnb::";
+    for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+      if (name.name.rfind(kPrefix, 0) != 0) continue;
+      const auto handle = c10::Dispatcher::singleton().findSchema(name);
+      if (!handle.has_value()) continue;
+      bool writes = false;
+      for (const c10::Argument& a : handle->schema().arguments()) {
+        writes |= a.alias_info() != nullptr && a.alias_info()->isWrite();
+      }
+      if (!writes) continue;
+      std::string op = name.name.substr(std::char_traits<char>::length(kPrefix));
+      if (!name.overload_name.empty()) op += "." + name.overload_name;
+      lib->impl(op.c_str(), torch::CppFunction::makeFromBoxedFunction<&NegativeViewOuts>());
+    }
+  });
 }
 
 }  // namespace bnb::ops

@@ -1,9 +1,9 @@
-#include "bnb/ops/cuda_launch.h"
+#include "bnb/ops/common/cuda_launch.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "bnb/core/config.h"
-#include "bnb/ops/checks.h"
+#include "bnb/ops/common/checks.h"
 
 namespace bnb::ops {
 

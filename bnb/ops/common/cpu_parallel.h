@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "bnb/core/cpu_settings.h"
-#include "bnb/ops/checks.h"
+#include "bnb/ops/common/checks.h"
 
 namespace bnb::ops {
 

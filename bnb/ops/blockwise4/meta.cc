@@ -1,0 +1,15 @@
+// The 4-bit ops on the Meta device (and torch.compile's fake tensors): checks and output shapes only.
+#include "bnb/ops/blockwise4/ops.h"
+
+namespace bnb::ops::blockwise4 {
+namespace {
+
+struct Meta {
+  static constexpr bool kIsMeta = true;
+};
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(bnb, Meta, m) { Ops<Meta>::Register(m); }
+
+}  // namespace bnb::ops::blockwise4

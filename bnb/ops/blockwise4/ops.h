@@ -1,0 +1,163 @@
+// 4-bit ops (schemas.cc): their argument checks, shape rules and outputs, written once over a backend that supplies
+// the kernels. A backend is a struct of static members:
+//
+//   struct MyBackend {
+//     static constexpr bool kIsMeta = false;  // true: shapes only, and none of the functions below
+//     // bytes: PackedSize4(A.numel()) uint8; absmax: one float per block; both contiguous, on A's device.
+//     static void Quantize(const char* op, const at::Tensor& A, core::Quant4 q, int64_t blocksize,
+//                          core::DType dtype, at::Tensor& bytes, at::Tensor& absmax);
+//     // packed: the codes (PackedBytes: uint8, flat, contiguous); out: contiguous, `out_type`, on A's device.
+//     static void Dequantize(const char* op, const at::Tensor& packed, const at::Tensor& absmax, core::Quant4 q,
+//                            int64_t blocksize, core::DType out_type, at::Tensor& out);
+//     // out = A (one row of K) times the [N, K] 4-bit matrix (packed) transposed; out contiguous, N values of A's
+//     // dtype; code: the 16 values of the 4-bit type.
+//     static void Gemv(const char* op, const at::Tensor& A, const at::Tensor& packed, int64_t N, int64_t K,
+//                      const at::Tensor& absmax, const at::Tensor& code, int64_t blocksize, at::Tensor& out);
+//   };
+//
+// and its file registers Ops<MyBackend>::Register in a TORCH_LIBRARY_IMPL for its dispatch key. gemm_4bit needs no
+// kernel of its own: it dequantizes through the dispatcher (dequantize_blockwise for nested statistics, then
+// dequantize_4bit) and multiplies with at::linear, so whichever backend serves those serves it.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <tuple>
+#include <vector>
+
+#include "bnb/core/blockwise4.h"
+#include "bnb/core/blockwise8.h"
+#include "bnb/ops/common/checks.h"
+#include "bnb/ops/common/output_alloc.h"
+
+namespace bnb::ops::blockwise4 {
+
+core::Quant4 ParseQuantType(const char* op, c10::string_view quant_type);
+
+// Packed codes of `storage` in rows of one: the quantize output's shape (meta: symbolic).
+c10::SymInt PackedElements(const char* op, const c10::SymInt& n, c10::ScalarType storage);
+
+// The bytes of a packed tensor of any storage dtype, flat and contiguous.
+inline at::Tensor PackedBytes(const at::Tensor& t) { return t.contiguous().view(at::kByte).reshape({-1}); }
+
+// Checks of both dequantize_4bit overloads; returns the output element type.
+core::DType CheckDequantize(const char* op, const at::Tensor& A, const at::Tensor& absmax, int64_t blocksize,
+                            c10::string_view quant_type, at::IntArrayRef shape, c10::ScalarType dtype);
+
+// Checks of both gemv_4bit overloads; returns the output shape.
+std::vector<c10::SymInt> CheckGemv(const char* op, const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shapeB,
+                                   const at::Tensor& absmax, const at::Tensor& code, int64_t blocksize);
+
+// Checks of gemm_4bit; returns the output shape.
+std::vector<c10::SymInt> CheckGemm(const char* op, const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shapeB,
+                                   const at::Tensor& absmax, int64_t blocksize, c10::string_view quant_type,
+                                   const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& absmax_8bit,
+                                   const c10::optional<at::Tensor>& absmax_code,
+                                   const c10::optional<at::Tensor>& absmax_offset);
+
+// gemm_4bit's product for checked arguments, on any backend (see above).
+at::Tensor GemmByDequantize(const char* op, const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shapeB,
+                            const at::Tensor& absmax, int64_t blocksize, c10::string_view quant_type,
+                            const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& absmax_8bit,
+                            const c10::optional<at::Tensor>& absmax_code,
+                            const c10::optional<at::Tensor>& absmax_offset);
+
+template <class Backend>
+struct Ops {
+  static std::tuple<at::Tensor, at::Tensor> Quantize4bit(const at::Tensor& A, int64_t blocksize,
+                                                         c10::string_view quant_type, c10::ScalarType quant_storage) {
+    constexpr const char* op = "quantize_4bit";
+    const core::DType dtype = FloatDType(op, "A", A.scalar_type());
+    ThrowIfError(op, core::CheckBlocksize(blocksize));
+    const core::Quant4 q = ParseQuantType(op, quant_type);
+    CheckNotEmpty(op, "A", A);
+    const c10::SymInt packed_rows = PackedElements(op, A.sym_numel(), quant_storage);
+    if constexpr (Backend::kIsMeta) {
+      return {at::empty_symint({packed_rows, 1}, A.options().dtype(quant_storage)),
+              at::empty_symint({NumBlocks(A.sym_numel(), blocksize)}, A.options().dtype(at::kFloat))};
+    } else {
+      const int64_t n = A.numel();
+      at::Tensor bytes = EmptyOutput({core::PackedSize4(n)}, A.options().dtype(at::kByte));
+      at::Tensor absmax = at::empty({core::NumBlocks(n, blocksize)}, A.options().dtype(at::kFloat));
+      Backend::Quantize(op, A, q, blocksize, dtype, bytes, absmax);
+      return {bytes.view(quant_storage).reshape({-1, 1}), absmax};
+    }
+  }
+
+  static at::Tensor Dequantize4bit(const at::Tensor& A, const at::Tensor& absmax, int64_t blocksize,
+                                   c10::string_view quant_type, at::IntArrayRef shape, c10::ScalarType dtype) {
+    constexpr const char* op = "dequantize_4bit";
+    const core::DType out_type = CheckDequantize(op, A, absmax, blocksize, quant_type, shape, dtype);
+    if constexpr (Backend::kIsMeta) {
+      return at::empty(shape, A.options().dtype(dtype));
+    } else {
+      at::Tensor out = EmptyOutput(shape, A.options().dtype(dtype));
+      Backend::Dequantize(op, PackedBytes(A), absmax, ParseQuantType(op, quant_type), blocksize, out_type, out);
+      return out;
+    }
+  }
+
+  static void Dequantize4bitOut(const at::Tensor& A, const at::Tensor& absmax, int64_t blocksize,
+                                c10::string_view quant_type, at::IntArrayRef shape, c10::ScalarType dtype,
+                                at::Tensor& out) {
+    constexpr const char* op = "dequantize_4bit.out";
+    const core::DType out_type = CheckDequantize(op, A, absmax, blocksize, quant_type, shape, dtype);
+    CheckOut(op, out, c10::fromIntArrayRefSlow(shape), "shape", dtype, A);
+    if constexpr (!Backend::kIsMeta) {
+      const core::Quant4 q = ParseQuantType(op, quant_type);
+      FillOut(out, {&A, &absmax}, [&](at::Tensor& dst) {
+        Backend::Dequantize(op, PackedBytes(A), absmax, q, blocksize, out_type, dst);
+      });
+    }
+  }
+
+  static at::Tensor Gemv4bit(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shapeB,
+                             const at::Tensor& absmax, const at::Tensor& code, int64_t blocksize) {
+    constexpr const char* op = "gemv_4bit";
+    at::Tensor out = at::empty_symint(CheckGemv(op, A, B, shapeB, absmax, code, blocksize), A.options());
+    if constexpr (!Backend::kIsMeta) {
+      Backend::Gemv(op, A, PackedBytes(B), shapeB[0], shapeB[1], absmax, code, blocksize, out);
+    }
+    return out;
+  }
+
+  static void Gemv4bitOut(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shapeB, const at::Tensor& absmax,
+                          const at::Tensor& code, int64_t blocksize, at::Tensor& out) {
+    constexpr const char* op = "gemv_4bit.out";
+    const std::vector<c10::SymInt> shape = CheckGemv(op, A, B, shapeB, absmax, code, blocksize);
+    CheckOut(op, out, shape, "shape", A.scalar_type(), A);
+    if constexpr (!Backend::kIsMeta) {
+      FillOut(out, {&A, &B, &absmax, &code}, [&](at::Tensor& dst) {
+        Backend::Gemv(op, A, PackedBytes(B), shapeB[0], shapeB[1], absmax, code, blocksize, dst);
+      });
+    }
+  }
+
+  static at::Tensor Gemm4bit(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shapeB,
+                             const at::Tensor& absmax, int64_t blocksize, c10::string_view quant_type,
+                             const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& absmax_8bit,
+                             const c10::optional<at::Tensor>& absmax_code,
+                             const c10::optional<at::Tensor>& absmax_offset) {
+    constexpr const char* op = "gemm_4bit";
+    const std::vector<c10::SymInt> shape = CheckGemm(op, A, B, shapeB, absmax, blocksize, quant_type, bias,
+                                                     absmax_8bit, absmax_code, absmax_offset);
+    if constexpr (Backend::kIsMeta) {
+      return at::empty_symint(shape, A.options());
+    } else {
+      return GemmByDequantize(op, A, B, shapeB, absmax, blocksize, quant_type, bias, absmax_8bit, absmax_code,
+                              absmax_offset);
+    }
+  }
+
+  static void Register(torch::Library& m) {
+    m.impl("quantize_4bit", &Quantize4bit);
+    m.impl("dequantize_4bit", &Dequantize4bit);
+    m.impl("dequantize_4bit.out", &Dequantize4bitOut);
+    m.impl("gemv_4bit", &Gemv4bit);
+    m.impl("gemv_4bit.out", &Gemv4bitOut);
+    m.impl("gemm_4bit", &Gemm4bit);
+  }
+};
+
+}  // namespace bnb::ops::blockwise4

@@ -1,0 +1,20 @@
+// 4-bit NF4 / FP4: two codes per byte (high nibble first), stored as any dtype (quant_storage). The schemas, as
+// bitsandbytes 0.50 has them (namespace bitsandbytes:: there).
+#include <torch/library.h>
+
+TORCH_LIBRARY_FRAGMENT(bnb, m) {
+  m.def("quantize_4bit(Tensor A, int blocksize, str quant_type, ScalarType quant_storage) -> (Tensor, Tensor)");
+  m.def(
+      "dequantize_4bit(Tensor A, Tensor absmax, int blocksize, str quant_type, int[] shape, ScalarType dtype) "
+      "-> Tensor");
+  m.def(
+      "dequantize_4bit.out(Tensor A, Tensor absmax, int blocksize, str quant_type, int[] shape, ScalarType dtype, "
+      "Tensor! out) -> ()");
+  m.def("gemv_4bit(Tensor A, Tensor B, int[] shapeB, Tensor absmax, Tensor code, int blocksize) -> Tensor");
+  m.def(
+      "gemv_4bit.out(Tensor A, Tensor B, int[] shapeB, Tensor absmax, Tensor code, int blocksize, Tensor! out) "
+      "-> ()");
+  m.def(
+      "gemm_4bit(Tensor A, Tensor B, int[] shapeB, Tensor absmax, int blocksize, str quant_type, Tensor? bias=None, "
+      "Tensor? absmax_8bit=None, Tensor? absmax_code=None, Tensor? absmax_offset=None) -> Tensor");
+}
