@@ -6,9 +6,8 @@
 // mantissa bits: one table per mantissa of a, of 2 * rows * 128 codes. From d = rows - 1 on, every quotient lies
 // below the smallest midpoint at which the code changes, where codes no longer change (for either sign), so larger
 // d (and subnormal or zero x) share that row. An element then costs an index, computed a vector at a time, and one
-// byte load instead of a search. One thread, 2^24 elements, blocksize 4096, Zen 3, ns per element: 8-bit AVX2 0.76
-// -> 0.40, SSE4 0.98 -> 0.45, SSSE3 1.09 -> 0.48; NF4 AVX2 0.53 -> 0.44, SSE4 1.00 -> 0.52, SSSE3 1.04 -> 0.58. A
-// table is 2 * rows * 128 bytes (6 KB for the dynamic map, 1.8 KB for NF4), built on first use.
+// byte load instead of a search (figures: tools/bench/NOTES.md, 'bfloat16 code tables'). A table is
+// 2 * rows * 128 bytes (6 KB for the dynamic map, 1.8 KB for NF4), built on first use.
 #pragma once
 
 #include <algorithm>

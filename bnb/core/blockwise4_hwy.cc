@@ -45,8 +45,8 @@ using DPacked = hn::Rebind<uint8_t, D16>;
 
 // SortedPosition4 for one value per lane, in two flat rounds instead of four dependent steps: the group g (0..3)
 // is the count of midpoints 3, 7 and 11 below the value, then the position is 4g plus the count of midpoints
-// 4g, 4g + 1 and 4g + 2 below it. Six independent compares where the binary search chained four: one thread,
-// NF4, ns per element: AVX2 0.70 -> 0.65 (blocksize 64), 0.57 -> 0.52 (4096); SSE4 1.38 -> 1.01; SSSE3 1.71 -> 1.17.
+// 4g, 4g + 1 and 4g + 2 below it. Six independent compares, which overlap, where a binary search chains four
+// dependent ones (figures: tools/bench/NOTES.md, '4-bit quantize: position search').
 struct Search4 {
   VF m3, m7, m11;
   RegTable<4> first, second, third;  // by group g: midpoints 4g, 4g + 1, 4g + 2
@@ -121,10 +121,9 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
   // stands for maps to the same code.
   HWY_ALIGN uint8_t pos[kMaxBlocksize];
   Bf16TableRunFor<kT> tables;
-  // Where the search is quick (eight lanes and up), small blocks are coded faster by it than by table: each block
-  // looks up a different one of the 128 tables (230 KB in all), so its loads miss L1. One thread, NF4, AVX2, ns per
-  // element, table / search: blocksize 32 0.87 / 0.76, 64 0.69 / 0.65, 128 0.56 / 0.59, 4096 0.42 / 0.52. SSE4
-  // and SSSE3 gain at every blocksize (64: 1.09 -> 0.75, 1.21 -> 0.81).
+  // Where the search is quick (eight lanes and up), blocks below 128 elements are coded faster by it than by table:
+  // each block looks up a different one of the 128 tables (230 KB in all), so its loads miss L1. With fewer lanes
+  // the tables win at every blocksize (figures: tools/bench/NOTES.md, '4-bit quantize: tables or search').
   const bool use_tables = kN < 8 || r.blocksize >= 128;
   int64_t run_lo = r.block_begin * r.blocksize, run_len = 0;
   const auto pack_run = [&] {
@@ -176,10 +175,9 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
 // outputs: `scaled` stored as kT once by StoreF32 (so bit for bit what the per-element path stores), then split
 // into one 16-byte table per output byte. Each element is then one byte lookup per output byte (pshufb), and
 // interleaving the byte planes lays the outputs out in order: no per-element lookup of 16 floats, multiply or
-// rounding. One thread, NF4, ns per element, bfloat16 output: AVX2 0.37 -> 0.15 (blocksize 64), SSE4 0.71 -> 0.27.
-// Outputs of 2 or 4 bytes.
+// rounding (figures: tools/bench/NOTES.md, '4-bit dequantize by byte planes'). Outputs of 2 or 4 bytes.
 // kStream: StreamableOutput holds for the whole output (lo is a multiple of 32 elements, so every 16-byte store is
-// aligned); 64M bfloat16 elements, 2 threads: 6.5 -> 6.1 ms. The caller ends with hwy::FlushStream().
+// aligned). The caller ends with hwy::FlushStream().
 template <DType kT, bool kStream>
 HWY_INLINE int64_t DequantizeByBytePlanes(const uint8_t* packed, const RegTable<16>& scaled, int64_t lo,
                                           int64_t hi, void* out) {
@@ -252,10 +250,9 @@ HWY_INLINE int64_t DequantizeByBytePlanes(const uint8_t* packed, const RegTable<
 }
 
 // 16-bit outputs, and float32 ones where a vector holds 4 floats (the 16-entry lookup then takes 4 registers),
-// go by byte planes; float32 on wider vectors keeps the per-element lookup, which measured as fast or faster there
-// (AVX2, one thread, ns per element, blocksize 64: 0.26 against 0.28; byte planes on SSE4 0.54 -> 0.34 and on
-// SSSE3 1.04 -> 0.35). float32 outputs take regular stores: streaming ones measured no faster, 64M elements on
-// Zen 3, 2 threads, paired runs: 12.0 -> 12.4 ms.
+// go by byte planes; float32 on wider vectors keeps the per-element lookup, as fast or faster there (figures:
+// tools/bench/NOTES.md, '4-bit dequantize by byte planes'). float32 outputs take regular stores: streaming ones are
+// no faster (tools/bench/NOTES.md, 'Streaming stores'), while 16-bit outputs gain from them.
 template <DType kT>
 void DequantizeT(const uint8_t* packed, const float* absmax, const float* code16, const Blockwise4Range& r,
                  void* out) {

@@ -19,9 +19,9 @@
 #include "hwy/highway.h"
 
 // The AVX-512 targets run the AVX2 8-bit kernels (and coders): on Zen 4, AVX2's scalar-load lookups beat AVX-512's
-// gathers and its in-register segment search in every case measured, quantize and dequantize, float32 and bfloat16,
-// in cache 1.5-1.9x (tools/bench/core_blockwise8_bench). foreach_target compiles AVX2 before them, unless AVX2 is
-// the static target (compiled last); then they run their own.
+// gathers and its in-register segment search in every case measured, quantize and dequantize, float32 and bfloat16
+// (figures: tools/bench/NOTES.md, 'AVX-512 targets'). foreach_target compiles AVX2 before them, unless AVX2 is the
+// static target (compiled last); then they run their own.
 #ifndef BNB_RUNS_AVX2_8BIT_KERNELS_DEFINED
 #define BNB_RUNS_AVX2_8BIT_KERNELS_DEFINED
 #define BNB_RUNS_AVX2_8BIT_KERNELS                                                            \
@@ -113,8 +113,8 @@ HWY_INLINE VI HalfBucketCodes(const int32_t* entries, const uint32_t* q) {
   const VI e{_mm_unpacklo_epi64(a01, a23)};
 #else
   // Buckets two to a 64-bit load, split in general registers: fewer loads, which bound the lookups once the
-  // divisions overlap them (CodeBlockByHalfBuckets). AVX2, in cache, ns per element: interleaved stages with
-  // 32-bit loads 0.43-0.44, with these 0.39; without interleaving these ran 3% slower than 32-bit loads.
+  // divisions overlap them (CodeBlockByHalfBuckets); without that overlap they do not pay. Figures:
+  // tools/bench/NOTES.md, 'Half-bucket quantize'.
   const auto four = [&](int k0) {
     const uint64_t w01 = LoadPair(q + k0), w23 = LoadPair(q + k0 + 2);
     constexpr int kHigh = 32 + HalfBuckets::kShift;
@@ -131,8 +131,9 @@ HWY_INLINE VI HalfBucketCodes(const int32_t* entries, const uint32_t* q) {
   const auto low16 = hn::Set(di, 0xFFFF);
   const auto above = hn::Gt(hn::And(hn::LoadU(di, reinterpret_cast<const int32_t*>(q)), low16), hn::And(e, low16));
   // Byte 3 (keys up to the split) or byte 2 of each lane's entry, the rest zero: one byte shuffle, whose control
-  // (0x80 zeroes) the mask adjusts by -1. Against a blend of the entry and the entry << 8, then >> 24, ns per
-  // element from memory: AVX2 even, SSE4 0.61 -> 0.59, SSSE3 (blend emulated) 0.81 -> 0.76.
+  // (0x80 zeroes) the mask adjusts by -1. A blend of the entry and the entry << 8, then >> 24, is as fast on AVX2
+  // and slower below it, most on SSSE3, which emulates the blend (figures: tools/bench/NOTES.md,
+  // 'Half-bucket quantize').
   const hn::Repartition<uint8_t, DI> d8;
   HWY_ALIGN static constexpr int32_t kPick[16] = {
       int32_t(0x80808003u), int32_t(0x80808007u), int32_t(0x8080800Bu), int32_t(0x8080800Fu),

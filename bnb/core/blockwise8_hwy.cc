@@ -99,15 +99,14 @@ HWY_INLINE void StoreHalfBucketCodes4(const int32_t* entries, const uint32_t* q,
 // x / amax of chunk c are stored (their bits) while those of chunk c - 1 are looked up (HalfBucketCodes), so no
 // lookup reads quotients stored just before. Exact by construction, with no lanes to redo. Both stages run in one
 // loop, four vectors of each per step, so the divisions overlap the lookups, which with HalfBucketCodes' 64-bit
-// bucket loads then bound it (a chunk of divisions, then a chunk of lookups, ran mostly one after the other; each
-// change alone gained nothing). One thread, float32, blocksize 4096, Zen 3, from memory / in cache, ns per element,
-// paired runs: AVX2 0.486-0.500 / 0.434-0.440 -> 0.444-0.455 / 0.390-0.393, SSE4 0.59-0.60 / 0.56 -> 0.536-0.539 /
-// 0.486-0.491, SSSE3 0.77-0.78 / 0.74 -> 0.74 / 0.67-0.68.
-// kStream: the codes are StreamableOutput's, and whole groups of four vectors stream (1.5-3% faster on 2 threads). The caller ends with hwy::FlushStream().
+// bucket loads then bound it (a chunk of divisions, then a chunk of lookups, would run mostly one after the other;
+// the interleaving and the 64-bit loads pay only together). Figures: tools/bench/NOTES.md, 'Half-bucket quantize'.
+// kStream: the codes are StreamableOutput's, and whole groups of four vectors stream (figures:
+// tools/bench/NOTES.md, 'Streaming stores'). The caller ends with hwy::FlushStream().
 template <DType kT, bool kStream>
 HWY_INLINE void CodeBlockByHalfBuckets(const void* x, const PreparedCodebook& cb, int64_t lo, int64_t hi,
                                        int64_t blocksize, float amax, bool prefetch, uint8_t* out) {
-  // Chunk lengths measured best: AVX2 128 (64 and 256 even or 1-2% slower), SSE4 64 (32: 2% slower).
+  // The chunk length that measured best for each vector width (tools/bench/NOTES.md, 'Half-bucket quantize').
   constexpr int64_t kChunk = kN >= 8 ? 128 : 64;
   constexpr int64_t N = static_cast<int64_t>(kN);  // x86 vectors have a fixed length
   constexpr int64_t kGroup = 4 * N;
@@ -176,12 +175,11 @@ void QuantizeBlocksByHalfBuckets(const void* x, const PreparedCodebook& cb, cons
 // range's last group), as a three-stage pipeline: pass s over the positions of a group takes the absmax of group s,
 // the indices (Bf16IndexRule) of group s - 1, whose absmax pass s - 1 found, and the codes (LookupCodes) of group
 // s - 2, whose indices pass s - 1 stored. Loading fresh input among the other stages' work keeps memory busy where
-// separate passes block by block (absmax, indices, lookups) left it idle between bursts. Zen 3, 64M elements
-// from memory, ns per element per thread, best of 3-4 paired runs, separate passes -> pipeline: blocksize 4096, one
-// thread 0.415 -> 0.364, two 0.417 -> 0.359; 1024 0.432 -> 0.391; 256 0.476 -> 0.467; 64 0.723 -> 0.745 (in cache
-// even at 4096, 0.32-0.33). Blocks whose absmax is 0 or not finite, or one the tables do not serve, are coded by
-// `coder` as soon as their absmax is known. kStream: the codes are StreamableOutput's and stream; the caller ends
-// with hwy::FlushStream().
+// separate passes block by block (absmax, indices, lookups) leave it idle between bursts: it pays on input read
+// from memory in large blocks; in cache it is even, and for blocks of 64 a little slower (figures:
+// tools/bench/NOTES.md, 'bfloat16 8-bit quantize pipeline'). Blocks whose absmax is 0 or not finite, or one the
+// tables do not serve, are coded by `coder` as soon as their absmax is known. kStream: the codes are
+// StreamableOutput's and stream; the caller ends with hwy::FlushStream().
 template <bool kStream, class Coder>
 void QuantizeBf16Pipelined(const uint16_t* x, const Coder& coder, const Blockwise8Range& r, uint8_t* codes,
                            float* absmax) {
@@ -200,8 +198,7 @@ void QuantizeBf16Pipelined(const uint16_t* x, const Coder& coder, const Blockwis
   uint16_t amax_bits[3][kGroupBlocks];
   // By group number mod 2, 2 KB apart modulo 4 KB: the index stage stores to one at the offset where the lookup
   // stage then loads from the other, and 8 KB apart (the same low 12 bits), such loads wait on those stores' full
-  // addresses (4K aliasing). One thread, blocksize 4096, Zen 3, from memory / in cache: 0.316-0.330 / 0.290-0.299
-  // -> 0.306-0.316 / 0.278-0.283 ns per element.
+  // addresses (4K aliasing; figures: tools/bench/NOTES.md, 'bfloat16 8-bit quantize pipeline').
   HWY_ALIGN uint16_t index[2][kMaxBlocksize + 1024];
 
   // Block j of group g: its elements [lo, hi), empty when outside the range.
@@ -335,10 +332,9 @@ void QuantizeT(const void* x, const PreparedCodebook& cb, const Blockwise8Range&
 #if BNB_SCALAR_LOAD_LOOKUPS
 // Lanes(DF) entries of the 256-entry table t for the codes at `codes`: scalar loads assembled in a vector. Gathers
 // (Zen 3's, or the emulated ones below AVX2) are slower. The codes are read four to a 32-bit load and split in
-// general registers (a load per code ran 0.30 instead of 0.25-0.26 ns per element in cache), and the entries go in
-// by pinsrd where the target has it: float32 dequantize, one thread, Zen 3, from memory / in cache, AVX2 0.29 /
-// 0.26 -> 0.27-0.28 / 0.23, SSE4 0.29-0.30 / 0.25 -> 0.27-0.28 / 0.23, against the compiler's assembly of
-// _mm256_setr_ps / _mm_setr_ps (SSSE3 keeps it).
+// general registers (faster than a load per code), and the entries go in by pinsrd where the target has it, faster
+// than the compiler's assembly of _mm256_setr_ps / _mm_setr_ps (SSSE3, without pinsrd, keeps it). Figures:
+// tools/bench/NOTES.md, '8-bit dequantize: code value lookups'.
 HWY_INLINE VF LookupLanes(const float* t, const uint8_t* codes) {
 #if HWY_TARGET == HWY_SSSE3  // no pinsrd
   const uint32_t w = LoadWord(codes);
@@ -359,10 +355,9 @@ HWY_INLINE VF LookupLanes(const float* t, const uint8_t* codes) {
 }
 #endif
 
-// Lanes(DF) code values for the codes at `codes`, as floats. x86: LookupLanes in the 1 KB table of values. One
-// thread, 2^24 elements from memory, ns per element, float32 / bfloat16 output, against the previous best (64-bit
-// gathers of code pairs; for bfloat16 on AVX2 four scalar pair loads): AVX2 0.46 / 0.39 -> 0.32 / 0.30, SSE4 0.47 /
-// 0.60 -> 0.32 / 0.34, SSSE3 1.10 / 0.84 -> 0.33 / 0.44. Other targets gather.
+// Lanes(DF) code values for the codes at `codes`, as floats. x86: LookupLanes in the 1 KB table of values, faster
+// there than gathering code pairs (figures: tools/bench/NOTES.md, '8-bit dequantize: code value lookups'). Other
+// targets gather.
 HWY_INLINE VF CodeValues(const PreparedCodebook& cb, const uint8_t* codes) {
   const DF df;
 #if HWY_TARGET == HWY_SCALAR
@@ -377,8 +372,9 @@ HWY_INLINE VF CodeValues(const PreparedCodebook& cb, const uint8_t* codes) {
 }
 
 // Whether StoreF32<kT, ..., kStream = true> may write the n-element output at `out`: StreamableOutput, and stores
-// of whole 16-byte vectors (a narrower 16-bit store cannot stream). 64M-element dequantize on Zen 3, 2 threads,
-// paired runs: f32 15.4 -> 14.3 ms, bf16 14.0 -> 12.8 ms. Callers that stream end with hwy::FlushStream().
+// of whole 16-byte vectors (a narrower 16-bit store cannot stream). Streaming spares the read of each output line
+// before it is overwritten (figures: tools/bench/NOTES.md, 'Streaming stores'). Callers that stream end with
+// hwy::FlushStream().
 template <DType kT>
 HWY_INLINE bool UseStreamingStores(const void* out, int64_t n) {
   constexpr int64_t kSize = DTypeSize(kT);
@@ -424,10 +420,9 @@ void DequantizeBlocks(const uint8_t* codes, const float* absmax, const PreparedC
 #if BNB_SCALAR_LOAD_LOOKUPS
 // 16-bit outputs of blocks of at least kOutputTableFrom elements, on the LookupLanes targets: the block's 256
 // possible outputs are computed once, by StoreF32 (so bit for bit what the per-element path writes, rounding and
-// NaN included), and each element is then one table entry, without a multiply or a rounding of its own. One
-// thread, 2^24 elements from memory, blocksize 4096, bfloat16 output, ns per element on Zen 3: AVX2 0.32 -> 0.26,
-// SSE4 0.34 -> 0.25, SSSE3 0.46 -> 0.27; 64M elements on 2 threads 10.8 -> 9.1-9.7 ms. Below 512 the table's 256
-// entries cost more than they save (AVX2, blocksize 512: 0.32 -> 0.29; 256: 0.33-0.43 -> 0.36-0.37).
+// NaN included), and each element is then one table entry, without a multiply or a rounding of its own. Below 512
+// elements the table's 256 entries cost more than they save (figures: tools/bench/NOTES.md,
+// '8-bit dequantize by output table').
 inline constexpr int64_t kOutputTableFrom = 512;
 
 // The entries a block's output table holds (DequantizeBlocksByTable): one per code, and one more that
@@ -442,9 +437,7 @@ HWY_INLINE __m128i LookupOutputs8(const uint8_t* codes, const uint16_t* outputs)
   // (constraint Q: rax, rbx, rcx or rdx), each pair split by zero-extending its low and its high byte (%ch), then a
   // shift: 11 instructions for eight codes, where GCC's shifts and masks took 16 (four codes to a 32-bit word) or
   // 24 (eight to a 64-bit one). Lane 0 comes by a 32-bit load, whose upper half (the next entry, possibly
-  // outputs[256]) lane 1's insert overwrites. One thread, Zen 3, blocksize 4096, bfloat16 output, ns per output,
-  // in cache / from memory: AVX2 0.222-0.223 / 0.233-0.240 -> 0.212-0.214 / 0.223-0.227, SSE4 0.228-0.230 /
-  // 0.240 -> 0.218-0.221 / 0.229-0.231, SSSE3 0.237-0.238 / 0.248-0.251 -> 0.227-0.229 / 0.237-0.242.
+  // outputs[256]) lane 1's insert overwrites. Figures: tools/bench/NOTES.md, '8-bit dequantize by output table'.
   __m128i v;
   uint64_t w, lo, hi;
 #if HWY_TARGET == HWY_AVX2
@@ -490,10 +483,10 @@ HWY_INLINE __m128i LookupOutputs8(const uint8_t* codes, const uint16_t* outputs)
 }
 
 // Outputs [0, 16) from a block's table `outputs` (DequantizeBlocksByTable) for the codes at `codes`: one 16-bit
-// load per output, inserted into two 8-lane vectors (pinsrw, which every one of these targets has; LookupOutputs8).
-// One thread, 2^16 outputs in cache, Zen 3, AVX2: 0.240 -> 0.203 ns per output against the
-// float-entry LookupLanes and a pack of the two vectors' low halves (the way before). A function, not a lambda:
-// GCC left a lambda out of line on AVX2 (a call per 16 outputs).
+// load per output, inserted into two 8-lane vectors (pinsrw, which every one of these targets has; LookupOutputs8):
+// faster than float entries by LookupLanes and a pack of the two vectors' low halves (figures:
+// tools/bench/NOTES.md, '8-bit dequantize by output table'). A function, not a lambda: GCC left a lambda out of
+// line on AVX2 (a call per 16 outputs).
 template <bool kStream>
 HWY_INLINE void StoreTableOutputs16(const uint16_t* outputs, const uint8_t* codes, uint16_t* o) {
   const __m128i a = LookupOutputs8(codes, outputs), b = LookupOutputs8(codes + 8, outputs);

@@ -9,7 +9,8 @@
 //   - fast path (K a multiple of 32, the usual case): byte shuffles within 128-bit blocks on a whole byte vector
 //     (BytePlanes), with A permuted beforehand into the order those shuffles produce;
 //   - general path (any K, row starts mid-byte, the rest of a row): 32-bit permutes (Table16), per absmax block.
-// On Zen 3 a cross-lane 32-bit permute costs about three byte shuffles, so the fast path is about twice as fast.
+// On Zen 3 a cross-lane 32-bit permute costs about three byte shuffles, so the fast path is the much faster one
+// (figures: tools/bench/NOTES.md, '4-bit gemv').
 //
 // Rows are read whole: slicing K so that A stays in L1 measured slower here (W read in short strided runs costs
 // more than A from L2), so only K beyond kSliceK is sliced.

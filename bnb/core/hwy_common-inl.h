@@ -164,7 +164,8 @@ struct Bf16IndexRule {
   HWY_INLINE void Store(const uint16_t* x, uint16_t* index) const {
 #if HWY_TARGET == HWY_SCALAR
     // In 16-bit arithmetic, which GCC packs across a chunk's unrolled calls into SSE2 code; Highway's one-lane
-    // SaturatedSub it widened to 32 bits (8-bit bfloat16 quantize 0.53 -> 0.64 ns per element; this: 0.55).
+    // SaturatedSub it widened to 32 bits, which is slower (figures: tools/bench/NOTES.md,
+    // 'Scalar target: bfloat16 index rule').
     const uint16_t x0 = LoadElement<uint16_t>(x, 0);
     const uint16_t m = static_cast<uint16_t>(x0 << 1 | x0 >> 15), b = hn::GetLane(bottom2);
     const uint16_t d = static_cast<uint16_t>(m - b);
@@ -213,7 +214,8 @@ HWY_INLINE __m128i LoadInsert4(const int32_t* table, uint32_t i0, uint32_t i1, u
 // The 16 codes table[index[k]] in a vector, the indices kPerWord (2 or 4) to a scalar load (kWords: 0 to
 // 16 / kPerWord - 1). A word's first index is its low 16 bits, its last the rest after a shift, and a quad's middle
 // two come by BMI1's bextr (the AVX2 target's; quads are for it alone). The first code comes by a plain load, the
-// rest by inserts: inserting it into zeros ran 4% slower (AVX2, in cache).
+// rest by inserts: inserting the first too, into a zeroed vector, is slower (figures: tools/bench/NOTES.md,
+// 'bfloat16 code lookups').
 template <int kPerWord, size_t... kWords>
 HWY_INLINE __m128i CodesByWords(const uint16_t* index, const uint8_t* table, std::index_sequence<kWords...>) {
   using Word = std::conditional_t<kPerWord == 4, uint64_t, uint32_t>;
@@ -255,27 +257,24 @@ HWY_INLINE __m128i CodesByWords(const uint16_t* index, const uint8_t* table, std
 #endif
 
 // out[k] = table[index[k]] for k < 16: one byte load per element, the bytes inserted into a vector where the target
-// has pinsrb (AVX2, SSE4; else four codes to a 32-bit store; a store per code ran 0.48 instead of 0.40 ns per
-// element on Zen 3). The inserts: 8-bit quantize, one thread, 2^24 elements, blocksize 4096, AVX2 0.44 -> 0.40 ns
-// per element, SSE4 0.49 -> 0.45; 4-bit NF4 SSE4 0.57 -> 0.50. The indices must not have been stored just before:
-// scalar loads of indices that a vector store has just written stall (reading each vector's indices right after
-// storing them, or straight out of the vector, ran 1.5x slower). kStream: out is 16-byte aligned, and written by a
+// has pinsrb (AVX2, SSE4), else four codes to a 32-bit store; either beats storing fewer codes at a time. The
+// indices must not have been stored just before: scalar loads of indices that a vector store has just written
+// stall, so reading each vector's indices right after storing them, or straight out of the vector, is much slower.
+// Figures: tools/bench/NOTES.md, 'bfloat16 code lookups'. kStream: out is 16-byte aligned, and written by a
 // streaming store where the target assembles the 16 bytes in a vector.
 template <bool kStream = false>
 HWY_INLINE void LookupCodes16(const uint16_t* index, const uint8_t* table, uint8_t* out) {
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4
 #if HWY_TARGET == HWY_AVX2
-  // Loads bound this loop (Zen 3 ran ~2.3 a cycle here, one per element for the table and the rest for indices),
-  // so AVX2 reads the indices four to a load, where BMI1's bextr splits them in as few instructions as pairs take.
-  // One thread, 2^24 elements, blocksize 4096, Zen 3, from memory / in cache, 8-bit AVX2: pairs 0.291-0.301 /
-  // 0.277-0.291 -> 0.281-0.284 / 0.266-0.268 ns per element (quads split by shifts and masks had gained 1-2%).
+  // Loads bound this loop (one per element for the table, the rest for the indices), so AVX2 reads the indices
+  // four to a load, where BMI1's bextr splits them in as few instructions as pairs take (shifts and masks take
+  // more). Figures: tools/bench/NOTES.md, 'bfloat16 code lookups'.
   const __m128i v = CodesByWords<4>(index, table, std::make_index_sequence<4>{});
 #else
   // Indices two to a 32-bit load, split by a zero-extension and a shift: fewer instructions per element than
-  // 16-bit loads (one each) or, without BMI1 (not part of SSE4), 64-bit ones split by shifts and masks (3-5% slower
-  // from memory). One thread, 2^24 elements, blocksize 4096, Zen 3, in cache / from memory, ns per element: 8-bit
-  // SSE4 0.423 / 0.452 -> 0.375 / 0.417; NF4 SSE4 0.53 -> 0.47-0.50. Each pair is loaded where it is used: one
-  // 32-byte copy of all sixteen compiled to vector extracts (0.56 ns).
+  // 16-bit loads (one each) or, without BMI1 (not part of SSE4), 64-bit ones split by shifts and masks. Each pair
+  // is loaded where it is used: one 32-byte copy of all sixteen compiles to slower vector extracts. Figures:
+  // tools/bench/NOTES.md, 'bfloat16 code lookups'.
   const __m128i v = CodesByWords<2>(index, table, std::make_index_sequence<8>{});
 #endif
   if constexpr (kStream) {
@@ -351,9 +350,8 @@ class Bf16TableRun {
   }
 
   // Two runs ahead: a block's absmax pass comes right after the previous block's Add, and a run's Finish, the long
-  // part, comes later still, so prefetches one block ahead had not landed when the absmax pass read them. One
-  // thread, 64M elements from memory, ns per element of the 8-bit quantize when it used this class, one block
-  // ahead -> two runs: blocksize 4096 0.405 -> 0.384, 256 0.501 -> 0.465, 64 0.719 -> 0.688.
+  // part, comes later still, so prefetches one block ahead would not have landed when the absmax pass reads them
+  // (figures: tools/bench/NOTES.md, 'Bf16TableRun prefetch distance').
   static constexpr int64_t kPrefetchAhead = 2 * kMaxBlocksize;
 
   HWY_ALIGN uint16_t index_[kMaxBlocksize];
@@ -362,9 +360,9 @@ class Bf16TableRun {
   int64_t used_ = 0;
 };
 
-// Bf16TableRun for bfloat16 input, else nothing: its 12 KB of buffers also shift the other inputs' stack layout,
-// which cost SSE4's float32 4-bit quantize 7% (aliasing between buffer stores and input loads, by their addresses'
-// low 12 bits).
+// Bf16TableRun for bfloat16 input, else nothing: its 12 KB of buffers would also shift the other inputs' stack
+// layout, where buffer stores and input loads can alias by their addresses' low 12 bits (4K aliasing; it slowed
+// SSE4's float32 4-bit quantize: tools/bench/NOTES.md, '4-bit quantize: stack layout').
 struct NoBf16Tables {
   void Finish() {}
 };
