@@ -29,6 +29,8 @@ def register() -> None:
         _lib.impl(info.name, info.kernel, "CompositeExplicitAutograd")
         if not info.differentiable:
             _lib.impl(info.name, torch.library.fallthrough_kernel, "Autograd")
+        if info.fake is not None:
+            torch.library.register_fake(f"bnb::{info.name}", info.fake, lib=_lib)
 
 
 __all__ = ["OPS", "OpInfo", "register"]

@@ -1,0 +1,197 @@
+// LLM.int8() ops (schemas.cc): their argument checks, shape rules and outputs, written once over a backend that
+// supplies the kernels (see bnb/ops/blockwise8/ops.h for the pattern). A backend is a struct of static members:
+//
+//   struct MyBackend {
+//     static constexpr bool kIsMeta = false;  // true: shapes only, and none of the functions below
+//     // codes, stats: [rows, K] int8 and [rows] float32, contiguous; returns the outlier columns (threshold > 0:
+//     // ascending int64, maybe empty) or nullopt (threshold 0).
+//     static c10::optional<at::Tensor> QuantizeRows(const char* op, const at::Tensor& A, double threshold,
+//                                                   at::Tensor& codes, at::Tensor& stats);
+//     // col_codes, col_stats: [rows, K] int8 and [K] float32, contiguous (QuantizeRows does the rest).
+//     static void QuantizeColumns(const char* op, const at::Tensor& A, double threshold, at::Tensor& col_codes,
+//                                 at::Tensor& col_stats);
+//     // out: [rows, K] float32, contiguous.
+//     static void DequantizeRows(const char* op, const at::Tensor& A, const at::Tensor& stats, at::Tensor& out);
+//     // out: [rows, N] int32, contiguous; A: [rows, K] int8, B: [N, K] int8, as given.
+//     static void Matmul(const char* op, const at::Tensor& A, const at::Tensor& B, at::Tensor& out);
+//     // out: [rows, N] of its dtype, contiguous; A: [rows, N] int32.
+//     static void DequantizeProduct(const char* op, const at::Tensor& A, const at::Tensor& row_stats,
+//                                   const at::Tensor& col_stats, const c10::optional<at::Tensor>& bias,
+//                                   at::Tensor& out);
+//   };
+//
+// int8_scaled_mm and int8_mixed_scaled_mm are compositions of these (and ATen ops), the same on every backend. The
+// outlier columns' count depends on the data, which a C++ Meta kernel cannot express: int8_vectorwise_quant and
+// int8_double_quant get their Meta / fake kernels from bnb/python/bnb/reference/int8.py.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <tuple>
+#include <vector>
+
+#include "bnb/ops/common/checks.h"
+#include "bnb/ops/common/output_alloc.h"
+
+namespace bnb::ops::int8 {
+
+inline constexpr int64_t kMaxK = 131071;  // the longest int8 dot product int32 holds: 128 * 128 * 131071 < 2^31
+
+// A's rows (its leading dimensions, flattened) and K (its last), checked: float, at least 1-D, not empty.
+std::pair<int64_t, int64_t> CheckQuantizeInput(const char* op, const at::Tensor& A, double threshold);
+
+// int8_linear_matmul's checks; returns the output shape.
+std::vector<c10::SymInt> CheckMatmul(const char* op, const at::Tensor& A, const at::Tensor& B);
+
+// The stats, output dtype and bias that dequantize a [rows, n] int32 product, on like's device; returns the dtype.
+c10::ScalarType CheckDequantizeProduct(const char* op, const at::Tensor& like, const c10::SymInt& rows,
+                                       const c10::SymInt& n, const at::Tensor& row_stats, const at::Tensor& col_stats,
+                                       c10::optional<c10::ScalarType> dtype, const c10::optional<at::Tensor>& bias);
+
+// int8_vectorwise_dequant's checks: A int8, at least 1-D; stats one float32 per row.
+void CheckDequantizeRows(const char* op, const at::Tensor& A, const at::Tensor& stats);
+
+// The outlier columns of int8_mixed_scaled_mm, checked (int64, a vector, indices in [0, K): this reads them); an
+// empty vector for none.
+at::Tensor CheckedOutlierColumns(const char* op, const c10::optional<at::Tensor>& cols, const at::Tensor& A);
+
+// A tensor's leading dimensions flattened: [rows, last].
+inline at::Tensor Rows(const at::Tensor& t) { return t.reshape({-1, t.size(-1)}); }
+inline c10::SymInt SymRows(const at::Tensor& t) { return t.sym_numel() / t.sym_size(-1); }
+
+template <class Backend>
+struct Ops {
+  static std::tuple<at::Tensor, at::Tensor, c10::optional<at::Tensor>> VectorwiseQuant(const at::Tensor& A,
+                                                                                      double threshold) {
+    constexpr const char* op = "int8_vectorwise_quant";
+    const auto [rows, K] = CheckQuantizeInput(op, A, threshold);
+    at::Tensor codes = at::empty(A.sizes(), A.options().dtype(at::kChar));
+    at::Tensor stats = at::empty({rows}, A.options().dtype(at::kFloat));
+    c10::optional<at::Tensor> cols = Backend::QuantizeRows(op, A, threshold, codes, stats);
+    return {codes, stats, cols};
+  }
+
+  static at::Tensor VectorwiseDequant(const at::Tensor& A, const at::Tensor& stats) {
+    constexpr const char* op = "int8_vectorwise_dequant";
+    CheckDequantizeRows(op, A, stats);
+    at::Tensor out = at::empty_symint(A.sym_sizes(), A.options().dtype(at::kFloat));
+    if constexpr (!Backend::kIsMeta) Backend::DequantizeRows(op, A, stats, out);
+    return out;
+  }
+
+  static std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::optional<at::Tensor>> DoubleQuant(
+      const at::Tensor& A, double threshold) {
+    constexpr const char* op = "int8_double_quant";
+    const auto [rows, K] = CheckQuantizeInput(op, A, threshold);
+    at::Tensor row_codes = at::empty(A.sizes(), A.options().dtype(at::kChar));
+    at::Tensor col_codes = at::empty(A.sizes(), A.options().dtype(at::kChar));
+    at::Tensor row_stats = at::empty({rows}, A.options().dtype(at::kFloat));
+    at::Tensor col_stats = at::empty({K}, A.options().dtype(at::kFloat));
+    c10::optional<at::Tensor> cols = Backend::QuantizeRows(op, A, threshold, row_codes, row_stats);
+    Backend::QuantizeColumns(op, A, threshold, col_codes, col_stats);
+    return {row_codes, col_codes, row_stats, col_stats, cols};
+  }
+
+  static at::Tensor LinearMatmul(const at::Tensor& A, const at::Tensor& B) {
+    constexpr const char* op = "int8_linear_matmul";
+    at::Tensor out = at::empty_symint(CheckMatmul(op, A, B), A.options().dtype(at::kInt));
+    if constexpr (!Backend::kIsMeta) {
+      at::Tensor rows = Rows(out);
+      Backend::Matmul(op, Rows(A), B, rows);
+    }
+    return out;
+  }
+
+  static void LinearMatmulOut(const at::Tensor& A, const at::Tensor& B, at::Tensor& out) {
+    constexpr const char* op = "int8_linear_matmul.out";
+    const std::vector<c10::SymInt> shape = CheckMatmul(op, A, B);
+    CheckOut(op, out, shape, "shape", at::kInt, A);
+    if constexpr (!Backend::kIsMeta) {
+      FillOut(out, {&A, &B}, [&](at::Tensor& dst) {
+        at::Tensor rows = Rows(dst);
+        Backend::Matmul(op, Rows(A), B, rows);
+      });
+    }
+  }
+
+  static at::Tensor MmDequant(const at::Tensor& A, const at::Tensor& row_stats, const at::Tensor& col_stats,
+                              c10::optional<c10::ScalarType> dtype, const c10::optional<at::Tensor>& bias) {
+    constexpr const char* op = "int8_mm_dequant";
+    CheckDType(op, "A", A, at::kInt);
+    TORCH_CHECK(A.dim() >= 1, "bnb::", op, ": A must have at least one dimension, got a scalar");
+    const c10::ScalarType out_type =
+        CheckDequantizeProduct(op, A, SymRows(A), A.sym_size(-1), row_stats, col_stats, dtype, bias);
+    at::Tensor out = at::empty_symint(A.sym_sizes(), A.options().dtype(out_type));
+    if constexpr (!Backend::kIsMeta) {
+      at::Tensor rows = Rows(out);
+      Backend::DequantizeProduct(op, Rows(A), row_stats, col_stats, bias, rows);
+    }
+    return out;
+  }
+
+  static at::Tensor ScaledMm(const at::Tensor& A, const at::Tensor& B, const at::Tensor& row_stats,
+                             const at::Tensor& col_stats, const c10::optional<at::Tensor>& bias,
+                             c10::optional<c10::ScalarType> dtype) {
+    constexpr const char* op = "int8_scaled_mm";
+    const std::vector<c10::SymInt> shape = CheckMatmul(op, A, B);
+    const c10::ScalarType out_type =
+        CheckDequantizeProduct(op, A, SymRows(A), B.sym_size(0), row_stats, col_stats, dtype, bias);
+    at::Tensor out = at::empty_symint(shape, A.options().dtype(out_type));
+    if constexpr (!Backend::kIsMeta) ScaledProduct(op, A, B, row_stats, col_stats, bias, out);
+    return out;
+  }
+
+  static std::tuple<at::Tensor, c10::optional<at::Tensor>> MixedScaledMm(
+      const at::Tensor& A, const at::Tensor& CA, const at::Tensor& CB, const at::Tensor& SCA, const at::Tensor& SCB,
+      const c10::optional<at::Tensor>& outlier_cols, const c10::optional<at::Tensor>& bias) {
+    constexpr const char* op = "int8_mixed_scaled_mm";
+    FloatDType(op, "A", A.scalar_type());
+    TORCH_CHECK(A.sym_sizes() == CA.sym_sizes(), "bnb::", op, ": CA must have A's shape ", A.sym_sizes(), ", got ",
+                CA.sym_sizes());
+    const std::vector<c10::SymInt> shape = CheckMatmul(op, CA, CB);
+    CheckDequantizeProduct(op, A, SymRows(A), CB.sym_size(0), SCA, SCB, A.scalar_type(), bias);
+    CheckSameDevice(op, "CA", CA, A);
+    if (outlier_cols.has_value()) CheckSameDevice(op, "outlier_cols", *outlier_cols, A);
+    if constexpr (Backend::kIsMeta) {
+      const c10::SymInt n = outlier_cols.has_value() ? outlier_cols->sym_size(0) : c10::SymInt(0);
+      return {at::empty_symint(shape, A.options()), at::empty_symint({SymRows(A), n}, A.options())};
+    } else {
+      const at::Tensor cols = CheckedOutlierColumns(op, outlier_cols, A);
+      at::Tensor out = at::empty_symint(shape, A.options());
+      ScaledProduct(op, CA, CB, SCA, SCB, bias, out);
+      // The outlier columns in A's precision: A's and the weight's (dequantized) columns, added by one addmm.
+      const at::Tensor subA = Rows(A).index_select(1, cols);
+      const at::Tensor sub_codes = CB.index_select(1, cols).contiguous();
+      at::Tensor subB = at::empty(sub_codes.sizes(), sub_codes.options().dtype(at::kFloat));
+      Backend::DequantizeRows(op, sub_codes, SCB, subB);
+      Rows(out).addmm_(subA, subB.to(A.scalar_type()).t());
+      return {out, subA};
+    }
+  }
+
+  static void Register(torch::Library& m) {
+    if constexpr (!Backend::kIsMeta) {  // their Meta kernels are Python fakes (see above)
+      m.impl("int8_vectorwise_quant", &VectorwiseQuant);
+      m.impl("int8_double_quant", &DoubleQuant);
+    }
+    m.impl("int8_vectorwise_dequant", &VectorwiseDequant);
+    m.impl("int8_linear_matmul", &LinearMatmul);
+    m.impl("int8_linear_matmul.out", &LinearMatmulOut);
+    m.impl("int8_mm_dequant", &MmDequant);
+    m.impl("int8_scaled_mm", &ScaledMm);
+    m.impl("int8_mixed_scaled_mm", &MixedScaledMm);
+  }
+
+ private:
+  // out = the dequantized product of the int8 A and B (checked), in out's dtype.
+  static void ScaledProduct(const char* op, const at::Tensor& A, const at::Tensor& B, const at::Tensor& row_stats,
+                            const at::Tensor& col_stats, const c10::optional<at::Tensor>& bias, at::Tensor& out) {
+    at::Tensor product = at::empty({Rows(A).size(0), B.size(0)}, A.options().dtype(at::kInt));
+    Backend::Matmul(op, Rows(A), B, product);
+    at::Tensor rows = Rows(out);
+    Backend::DequantizeProduct(op, product, row_stats, col_stats, bias, rows);
+  }
+};
+
+}  // namespace bnb::ops::int8
