@@ -8,8 +8,7 @@ std::pair<int64_t, int64_t> CheckQuantizeInput(const char* op, const at::Tensor&
   TORCH_CHECK(A.dim() >= 1, "bnb::", op, ": A must have at least one dimension, got a scalar");
   CheckNotEmpty(op, "A", A);
   TORCH_CHECK(threshold >= 0.0, "bnb::", op, ": threshold must be >= 0 (0 finds no outliers), got ", threshold);
-  const int64_t K = A.size(-1);
-  return {A.numel() / K, K};
+  return {NumRows(A), A.size(-1)};
 }
 
 std::vector<c10::SymInt> CheckMatmul(const char* op, const at::Tensor& A, const at::Tensor& B) {

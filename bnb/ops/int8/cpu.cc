@@ -72,7 +72,7 @@ struct Cpu {
                               at::Tensor& col_stats) {
     const core::DType dtype = FloatDType(op, "A", A.scalar_type());
     const at::Tensor x = A.contiguous();
-    const RowRange range{A.numel() / A.size(-1), A.size(-1)};
+    const RowRange range{NumRows(A), A.size(-1)};
     const int64_t K = range.K;
     const float t = static_cast<float>(threshold);
     const void* xp = x.data_ptr();
@@ -90,7 +90,7 @@ struct Cpu {
 
   static void DequantizeRows(const char* op, const at::Tensor& A, const at::Tensor& stats, at::Tensor& out) {
     const at::Tensor a = A.contiguous(), s = stats.contiguous();
-    const int64_t K = A.size(-1), rows = A.numel() / K;
+    const int64_t K = A.size(-1), rows = NumRows(A);
     const int8_t* ap = a.data_ptr<int8_t>();
     const float* sp = s.data_ptr<float>();
     float* op_out = out.data_ptr<float>();
@@ -110,7 +110,7 @@ struct Cpu {
     const at::Tensor a = A.contiguous(), rs = row_stats.contiguous(), cs = col_stats.contiguous();
     const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
     const core::DType bias_type = b.defined() ? FloatDType(op, "bias", b.scalar_type()) : core::DType::kFloat32;
-    const int64_t N = a.size(-1), rows = a.numel() / N;
+    const int64_t N = a.size(-1), rows = NumRows(a);
     const int32_t* ap = a.data_ptr<int32_t>();
     const float* rp = rs.data_ptr<float>();
     const float* cp = cs.data_ptr<float>();

@@ -56,9 +56,14 @@ void CheckDequantizeRows(const char* op, const at::Tensor& A, const at::Tensor& 
 // empty vector for none.
 at::Tensor CheckedOutlierColumns(const char* op, const c10::optional<at::Tensor>& cols, const at::Tensor& A);
 
-// A tensor's leading dimensions flattened: [rows, last].
-inline at::Tensor Rows(const at::Tensor& t) { return t.reshape({-1, t.size(-1)}); }
-inline c10::SymInt SymRows(const at::Tensor& t) { return t.sym_numel() / t.sym_size(-1); }
+// A tensor's rows, the product of its leading dimensions (its last may be 0), and the tensor as [rows, last].
+inline c10::SymInt SymRows(const at::Tensor& t) {
+  c10::SymInt rows = 1;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) rows *= t.sym_size(d);
+  return rows;
+}
+inline int64_t NumRows(const at::Tensor& t) { return SymRows(t).guard_int(__FILE__, __LINE__); }
+inline at::Tensor Rows(const at::Tensor& t) { return t.reshape_symint({SymRows(t), t.sym_size(-1)}); }
 
 template <class Backend>
 struct Ops {

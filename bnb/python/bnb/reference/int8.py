@@ -32,8 +32,8 @@ _F32 = torch.float32
 
 
 def rows_of(A: torch.Tensor) -> torch.Tensor:
-    """A as [rows, K]."""
-    return A.reshape(-1, A.shape[-1])
+    """A as [rows, K] (K may be 0)."""
+    return A.reshape(math.prod(A.shape[:-1]), A.shape[-1])
 
 
 def _check_input(op: str, A: torch.Tensor, threshold: float) -> None:
