@@ -20,6 +20,7 @@
 #include "bnb/jit/cuda_api.h"
 #include "bnb/jit/kernel_sources.h"
 #include "bnb/tests/special_values.h"
+#include "bnb/tests/test_nvrtc.h"
 #include "gtest/gtest.h"
 
 namespace bnb::cb4 {
@@ -244,7 +245,7 @@ TEST(QuantizeModel, EqualsQuantizeBlockwise4Scalar) {
 // bit: static_asserts generated from core's values, compiled by NVRTC. (jit_codebook4_test checks the same header
 // as the host compiler evaluates it.) Skipped, with the reason, where libnvrtc cannot be opened.
 TEST(Nvrtc, TablesAsNvrtcComputesThemEqualCore) {
-  absl::StatusOr<const jit::Nvrtc*> nv = jit::GetNvrtc();
+  absl::StatusOr<const jit::Nvrtc*> nv = tests::TestNvrtc();
   if (!nv.ok()) GTEST_SKIP() << std::string(nv.status().message());
   std::string src = "#include \"codebook4.cuh\"\nusing namespace bnb::cb4;\n";
   for (core::Quant4 q : {core::Quant4::kNF4, core::Quant4::kFP4}) {

@@ -17,6 +17,7 @@
 #include "bnb/jit/compiler.h"
 #include "bnb/jit/cuda_api.h"
 #include "bnb/jit/kernel_sources.h"
+#include "bnb/tests/test_nvrtc.h"
 #include "gtest/gtest.h"
 
 namespace bnb::jit {
@@ -32,7 +33,7 @@ std::string SourceFor(const KernelSpec& s) { return "#include \"" + s.template_n
 
 #define SKIP_WITHOUT_NVRTC()                                         \
   do {                                                               \
-    absl::StatusOr<const Nvrtc*> nv = GetNvrtc();                    \
+    absl::StatusOr<const Nvrtc*> nv = tests::TestNvrtc();            \
     if (!nv.ok()) GTEST_SKIP() << std::string(nv.status().message()); \
   } while (0)
 
