@@ -3,8 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "bnb/jit/launch_shape.h"
 #include "bnb/core/blockwise8.h"
+#include "bnb/jit/launch.h"
+#include "bnb/jit/launch_shape.h"
 #include "bnb/jit/blockwise8.h"
 
 namespace bnb::jit {
@@ -117,10 +118,8 @@ absl::Status LaunchQuantizeBlockwise4(KernelCache& cache, int device, core::DTyp
   absl::StatusOr<KernelSpec> spec = Quantize4Spec(dtype, blocksize, quant, threads, "");
   if (!spec.ok()) return spec.status();
   if (threads == 0) threads = kDefaultBlockwise4Threads;
-  long long nn = n;
-  void* args[] = {&x, &packed, &absmax, &nn};
   return LaunchOverBlockTiles(cache, device, *spec, n, blocksize, threads, PerThread(blocksize, threads, dtype),
-                              stream, args);
+                              stream, x, packed, absmax, static_cast<long long>(n));
 }
 
 absl::Status LaunchDequantizeBlockwise4(KernelCache& cache, int device, core::DType dtype, const uint8_t* packed,
@@ -130,10 +129,8 @@ absl::Status LaunchDequantizeBlockwise4(KernelCache& cache, int device, core::DT
   absl::StatusOr<KernelSpec> spec = Dequantize4Spec(dtype, blocksize, threads, "");
   if (!spec.ok()) return spec.status();
   if (threads == 0) threads = kDefaultBlockwise4Threads;
-  long long nn = n;
-  void* args[] = {&packed, &code16, &absmax, &out, &nn};
   return LaunchOverBlockTiles(cache, device, *spec, n, blocksize, threads, PerThread(blocksize, threads, dtype),
-                              stream, args);
+                              stream, packed, code16, absmax, out, static_cast<long long>(n));
 }
 
 absl::Status LaunchGemv4(KernelCache& cache, int device, core::DType dtype, const void* A, const uint8_t* packed,
@@ -152,12 +149,8 @@ absl::Status LaunchGemv4(KernelCache& cache, int device, core::DType dtype, cons
   if (!grid.ok()) return grid.status();
   absl::StatusOr<LoadedKernel> k = cache.GetKernel(*spec, device);
   if (!k.ok()) return k.status();
-  long long nn = N, kk = K;
-  int lg = Log2(blocksize);
-  void* args[] = {&A, &packed, &absmax, &code16, &out, &nn, &kk, &lg};
-  Dim3 block;
-  block.x = static_cast<unsigned>(threads);
-  return LaunchKernel(*k, *grid, block, 0, stream, args);
+  return Launch(*k, *grid, Dim3{static_cast<unsigned>(threads)}, 0, stream, A, packed, absmax, code16, out,
+                static_cast<long long>(N), static_cast<long long>(K), Log2(blocksize));
 }
 
 }  // namespace bnb::jit

@@ -1,7 +1,8 @@
 // Host side of kernels/blockwise4.cuh: the kernel specs, launch shapes and launches the ops layer needs for
 // blockwise 4-bit quantization (NF4, FP4) and the 4-bit matrix-vector product on CUDA. Pointers are device
-// pointers; `stream` is a CUstream as void*. Results equal bnb/core's CPU kernels: quantize and dequantize bit for
-// bit (bnb/core/blockwise4.h), gemv up to float32 summation order (bnb/core/gemv4.h).
+// pointers; `stream` is the runtime's stream handle (a CUstream) as void*. Results equal bnb/core's CPU kernels:
+// quantize and dequantize bit for bit (bnb/core/blockwise4.h), gemv up to float32 summation order
+// (bnb/core/gemv4.h).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,7 @@
 #include "bnb/core/dtype.h"
 #include "bnb/jit/kernel_cache.h"
 #include "bnb/jit/kernel_spec.h"
-#include "bnb/jit/launcher.h"
+#include "bnb/jit/runtime.h"
 
 namespace bnb::jit {
 

@@ -3,8 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "bnb/jit/launch_shape.h"
 #include "bnb/core/blockwise8.h"
+#include "bnb/jit/launch.h"
+#include "bnb/jit/launch_shape.h"
 
 namespace bnb::jit {
 namespace {
@@ -77,14 +78,12 @@ absl::Status LaunchQuantizeBlockwise8(KernelCache& cache, int device, core::DTyp
   if (threads == 0) threads = kDefaultBlockwise8Threads;
   absl::StatusOr<LoadedKernel> prepare = cache.GetKernel(PrepareCodebook8Spec(""), device);
   if (!prepare.ok()) return prepare.status();
-  void* prepare_args[] = {&code, &scratch};
-  Dim3 one, block;
-  block.x = kPrepareCodebook8Threads;
-  if (absl::Status st = LaunchKernel(*prepare, one, block, 0, stream, prepare_args); !st.ok()) return st;
-  long long nn = n;
-  void* args[] = {&x, &scratch, &codes, &absmax, &nn};
+  if (absl::Status st = Launch(*prepare, Dim3{1}, Dim3{kPrepareCodebook8Threads}, 0, stream, code, scratch);
+      !st.ok()) {
+    return st;
+  }
   return LaunchOverBlockTiles(cache, device, *spec, n, blocksize, threads, PerThread(blocksize, threads, dtype),
-                              stream, args);
+                              stream, x, scratch, codes, absmax, static_cast<long long>(n));
 }
 
 absl::Status LaunchDequantizeBlockwise8(KernelCache& cache, int device, core::DType dtype, const uint8_t* codes,
@@ -94,10 +93,8 @@ absl::Status LaunchDequantizeBlockwise8(KernelCache& cache, int device, core::DT
   absl::StatusOr<KernelSpec> spec = Blockwise8Spec(false, dtype, blocksize, threads, "");
   if (!spec.ok()) return spec.status();
   if (threads == 0) threads = kDefaultBlockwise8Threads;
-  long long nn = n;
-  void* args[] = {&codes, &code, &absmax, &out, &nn};
   return LaunchOverBlockTiles(cache, device, *spec, n, blocksize, threads, PerThread(blocksize, threads, dtype),
-                              stream, args);
+                              stream, codes, code, absmax, out, static_cast<long long>(n));
 }
 
 }  // namespace bnb::jit

@@ -1,5 +1,6 @@
 // Host side of kernels/blockwise8.cuh: the kernel specs, launch shapes and launches the ops layer needs for
-// blockwise 8-bit quantization on CUDA. Pointers are device pointers; `stream` is a CUstream as void*.
+// blockwise 8-bit quantization on CUDA. Pointers are device pointers; `stream` is the runtime's stream handle (a
+// CUstream) as void*.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,7 @@
 #include "bnb/core/dtype.h"
 #include "bnb/jit/kernel_cache.h"
 #include "bnb/jit/kernel_spec.h"
-#include "bnb/jit/launcher.h"
+#include "bnb/jit/runtime.h"
 
 namespace bnb::jit {
 

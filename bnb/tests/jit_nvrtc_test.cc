@@ -14,14 +14,18 @@
 #include "bnb/jit/all_kernels.h"
 #include "bnb/jit/blockwise4.h"
 #include "bnb/jit/blockwise8.h"
-#include "bnb/jit/compiler.h"
-#include "bnb/jit/cuda_api.h"
+#include "bnb/jit/cuda/nvrtc.h"
+#include "bnb/jit/cuda/nvrtc_compiler.h"
 #include "bnb/jit/kernel_sources.h"
 #include "bnb/tests/test_nvrtc.h"
 #include "gtest/gtest.h"
 
 namespace bnb::jit {
 namespace {
+
+using cuda::GetNvrtc;
+using cuda::Nvrtc;
+using cuda::NvrtcCompiler;
 
 std::vector<SourceFile> Headers() {
   std::vector<SourceFile> h;

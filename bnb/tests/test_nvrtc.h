@@ -9,19 +9,21 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "bnb/jit/cuda_api.h"
+#include "bnb/jit/cuda/nvrtc.h"
 
 namespace bnb::tests {
 
-inline absl::StatusOr<const jit::Nvrtc*> TestNvrtc() {
+inline absl::StatusOr<const jit::cuda::Nvrtc*> TestNvrtc() {
   static const bool once = [] {
     const char* path = std::getenv("BNB_TEST_NVRTC_PATH");
     char resolved[PATH_MAX];
-    if (path != nullptr && *path != '\0' && realpath(path, resolved) != nullptr) jit::SetFallbackNvrtcPath(resolved);
+    if (path != nullptr && *path != '\0' && realpath(path, resolved) != nullptr) {
+      jit::cuda::SetFallbackNvrtcPath(resolved);
+    }
     return true;
   }();
   (void)once;
-  return jit::GetNvrtc();
+  return jit::cuda::GetNvrtc();
 }
 
 }  // namespace bnb::tests
