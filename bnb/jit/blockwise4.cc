@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bnb/core/blockwise8.h"
+#include "bnb/jit/kernel_registry.h"
 #include "bnb/jit/launch.h"
 #include "bnb/jit/launch_shape.h"
 #include "bnb/jit/blockwise8.h"
@@ -90,6 +91,8 @@ std::vector<KernelSpec> AllBlockwise4Specs(const std::string& arch, int threads)
   for (core::DType t : kTypes) out.push_back(*Gemv4Spec(t, 0, 0, arch));
   return out;
 }
+
+BNB_REGISTER_KERNEL_FAMILY(blockwise4, AllBlockwise4Specs);
 
 Dim3 Blockwise4Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device,
                     int ctas_per_sm) {

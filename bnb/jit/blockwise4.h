@@ -35,7 +35,7 @@ absl::StatusOr<KernelSpec> Dequantize4Spec(core::DType dtype, int64_t blocksize,
 absl::StatusOr<KernelSpec> Gemv4Spec(core::DType dtype, int threads, int rows, const std::string& arch);
 
 // Every quantize / dequantize spec for every dtype, blocksize and quant type, and gemv for every dtype, with
-// default shapes (for cache warm and the NVRTC test).
+// default shapes; registered as the blockwise4 family (kernel_registry.h).
 std::vector<KernelSpec> AllBlockwise4Specs(const std::string& arch, int threads = 0);
 
 // Grid for n elements: one CTA per tile of quant blocks, at most as many as the device holds at once when each

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bnb/core/blockwise8.h"
+#include "bnb/jit/kernel_registry.h"
 #include "bnb/jit/launch.h"
 #include "bnb/jit/launch_shape.h"
 
@@ -62,6 +63,8 @@ std::vector<KernelSpec> AllBlockwise8Specs(const std::string& arch, int threads)
   }
   return out;
 }
+
+BNB_REGISTER_KERNEL_FAMILY(blockwise8, AllBlockwise8Specs);
 
 Dim3 Blockwise8Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device,
                     int ctas_per_sm) {

@@ -33,8 +33,8 @@ KernelSpec PrepareCodebook8Spec(const std::string& arch);
 // Device bytes quantize needs for the prepared codebook (sizeof(bw8::Prepared) in kernels/blockwise8.cuh).
 inline constexpr int64_t kQuantizeBlockwise8ScratchBytes = 22784;
 
-// Every quantize and dequantize spec, for every dtype and blocksize, and the prepare spec (for cache warm and the
-// NVRTC test).
+// Every quantize and dequantize spec, for every dtype and blocksize, and the prepare spec; registered as the
+// blockwise8 family (kernel_registry.h).
 std::vector<KernelSpec> AllBlockwise8Specs(const std::string& arch, int threads = 0);
 
 // Grid for n elements: one CTA per tile of quant blocks, at most as many as the device holds at once when each

@@ -8,12 +8,12 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "bnb/jit/all_kernels.h"
 #include "bnb/jit/blockwise8.h"
 #include "bnb/jit/cuda/arch.h"
 #include "bnb/jit/cuda/nvrtc_compiler.h"
 #include "bnb/jit/fake_compiler.h"
 #include "bnb/jit/kernel_cache.h"
+#include "bnb/jit/kernel_registry.h"
 #include "bnb/jit/kernel_sources.h"
 #include "gtest/gtest.h"
 
