@@ -21,6 +21,13 @@ absl::Status ExpectAbsolutePath(absl::string_view knob, const std::string& path)
                    absl::StrCat(knob, ": expected an absolute path (~ is not expanded), got '", path, "'"));
 }
 
+absl::string_view ThreadsPerBlockDoc() {
+  static const std::string* const doc =
+      new std::string(absl::StrCat("threads per CUDA block of the blockwise kernels (a power of two >= 32); 0 picks ",
+                                   kCudaThreadsPerBlockDefault));
+  return *doc;
+}
+
 }  // namespace
 
 const std::vector<KnobSpec>& AllKnobs() {
@@ -34,8 +41,7 @@ const std::vector<KnobSpec>& AllKnobs() {
        "fewest elements a CPU kernel hands to one thread, so small tensors are not split"},
       {"cpu.huge_pages", KnobType::kBool, true, 0, 0,
        "advise transparent huge pages for large CPU outputs: far fewer page faults on first write"},
-      {"cuda.threads_per_block", KnobType::kInt, int64_t{0}, 0, 1024,
-       "threads per CUDA block of the blockwise kernels (a power of two >= 32); 0 picks 256", true,
+      {"cuda.threads_per_block", KnobType::kInt, int64_t{0}, 0, 1024, ThreadsPerBlockDoc(), true,
        [](const KnobValue& v) {
          const int64_t t = std::get<int64_t>(v);
          return t == 0 || (t >= 32 && (t & (t - 1)) == 0)

@@ -33,6 +33,10 @@ struct KnobSpec {
 
 const std::vector<KnobSpec>& AllKnobs();
 
+// What cuda.threads_per_block = 0 stands for: the threads per block the blockwise CUDA kernels launch with unless
+// the knob says otherwise. bnb::jit::ThreadsPerBlock resolves the knob with it; the knob's doc quotes it.
+inline constexpr int kCudaThreadsPerBlockDefault = 256;
+
 // Whether a broken setting of the knob (a bad value in a file or the environment) fails what reads it: the cpu
 // knobs', as CPU work must not run otherwise than configured. Every other knob serves the kernel cache or CUDA,
 // which CPU work never uses: a broken one gives a warning and its default instead, so it cannot stop CPU work.

@@ -7,6 +7,7 @@
 #include "bnb/jit/kernel_registry.h"
 #include "bnb/jit/launch.h"
 #include "bnb/jit/launch_shape.h"
+#include "bnb/jit/threads_per_block.h"
 #include "bnb/jit/blockwise8.h"
 
 namespace bnb::jit {
@@ -29,7 +30,7 @@ int Log2(int64_t v) {
 absl::StatusOr<KernelSpec> Quantize4Spec(core::DType dtype, int64_t blocksize, core::Quant4 quant, int threads,
                                          const std::string& arch) {
   if (absl::Status st = core::CheckBlocksize(blocksize); !st.ok()) return st;
-  if (threads == 0) threads = kDefaultBlockwise4Threads;
+  threads = ThreadsPerBlock(threads);
   if (absl::Status st = CheckThreadsPerBlock("quantize_blockwise4", threads); !st.ok()) return st;
   KernelSpec s;
   s.template_name = "blockwise4";
@@ -46,7 +47,7 @@ absl::StatusOr<KernelSpec> Quantize4Spec(core::DType dtype, int64_t blocksize, c
 absl::StatusOr<KernelSpec> Dequantize4Spec(core::DType dtype, int64_t blocksize, int threads,
                                            const std::string& arch) {
   if (absl::Status st = core::CheckBlocksize(blocksize); !st.ok()) return st;
-  if (threads == 0) threads = kDefaultBlockwise4Threads;
+  threads = ThreadsPerBlock(threads);
   if (absl::Status st = CheckThreadsPerBlock("dequantize_blockwise4", threads); !st.ok()) return st;
   KernelSpec s;
   s.template_name = "blockwise4";
@@ -96,7 +97,7 @@ BNB_REGISTER_KERNEL_FAMILY(blockwise4, AllBlockwise4Specs);
 
 Dim3 Blockwise4Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device,
                     int ctas_per_sm) {
-  if (threads == 0) threads = kDefaultBlockwise4Threads;
+  threads = ThreadsPerBlock(threads);
   return BlockTileGrid(n, blocksize, threads, PerThread(blocksize, threads, dtype), device, ctas_per_sm);
 }
 
@@ -120,7 +121,7 @@ absl::Status LaunchQuantizeBlockwise4(KernelCache& cache, int device, core::DTyp
   if (n == 0) return absl::OkStatus();
   absl::StatusOr<KernelSpec> spec = Quantize4Spec(dtype, blocksize, quant, threads, "");
   if (!spec.ok()) return spec.status();
-  if (threads == 0) threads = kDefaultBlockwise4Threads;
+  threads = ThreadsPerBlock(threads);
   return LaunchOverBlockTiles(cache, device, *spec, n, blocksize, threads, PerThread(blocksize, threads, dtype),
                               stream, x, packed, absmax, static_cast<long long>(n));
 }
@@ -131,7 +132,7 @@ absl::Status LaunchDequantizeBlockwise4(KernelCache& cache, int device, core::DT
   if (n == 0) return absl::OkStatus();
   absl::StatusOr<KernelSpec> spec = Dequantize4Spec(dtype, blocksize, threads, "");
   if (!spec.ok()) return spec.status();
-  if (threads == 0) threads = kDefaultBlockwise4Threads;
+  threads = ThreadsPerBlock(threads);
   return LaunchOverBlockTiles(cache, device, *spec, n, blocksize, threads, PerThread(blocksize, threads, dtype),
                               stream, packed, code16, absmax, out, static_cast<long long>(n));
 }

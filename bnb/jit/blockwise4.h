@@ -18,13 +18,14 @@
 
 namespace bnb::jit {
 
-inline constexpr int kDefaultBlockwise4Threads = 256;
+// gemv4's own shape: it does not take the cuda.threads_per_block knob.
 inline constexpr int kDefaultGemv4Threads = 256;
 inline constexpr int kDefaultGemv4Rows = 2;  // rows per warp
 
-// The spec of quantize_blockwise4<T, blocksize, threads, quant>. threads 0 means kDefaultBlockwise4Threads. Errors
-// name a bad blocksize (power of two in [32, 4096]) or thread count (power of two in [32, 1024]). An empty arch is
-// filled in by KernelCache::GetKernel from the device.
+// The spec of quantize_blockwise4<T, blocksize, threads, quant>. `threads` here and below (but gemv's) is the
+// cuda.threads_per_block knob's value (0: its default; threads_per_block.h). Errors name a bad blocksize (power
+// of two in [32, 4096]) or thread count (power of two in [32, 1024]). An empty arch is filled in by
+// KernelCache::GetKernel from the device.
 absl::StatusOr<KernelSpec> Quantize4Spec(core::DType dtype, int64_t blocksize, core::Quant4 quant, int threads,
                                          const std::string& arch);
 // The spec of dequantize_blockwise4<T, blocksize, threads> (any 16-value code map: it is a kernel argument).

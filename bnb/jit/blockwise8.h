@@ -15,13 +15,11 @@
 
 namespace bnb::jit {
 
-inline constexpr int kDefaultBlockwise8Threads = 256;
-
 // The C++ type the templates use for `dtype`: "float", "bnb::half", "bnb::bf16".
 const char* CudaTypeName(core::DType dtype);
 
-// The spec of quantize_blockwise8<T, blocksize, threads> (quantize) or dequantize_blockwise8<...>. threads 0
-// means kDefaultBlockwise8Threads. Errors name a bad blocksize (power of two in [32, 4096]) or thread count
+// The spec of quantize_blockwise8<T, blocksize, threads> (quantize) or dequantize_blockwise8<...>. `threads` here
+// and below is the cuda.threads_per_block knob's value (0: its default; threads_per_block.h). Errors name a bad blocksize (power of two in [32, 4096]) or thread count
 // (power of two in [32, 1024]). An empty arch is filled in by KernelCache::GetKernel from the device.
 absl::StatusOr<KernelSpec> Blockwise8Spec(bool quantize, core::DType dtype, int64_t blocksize, int threads,
                                           const std::string& arch);

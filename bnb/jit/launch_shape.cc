@@ -2,18 +2,9 @@
 
 #include <algorithm>
 
-#include "absl/strings/str_cat.h"
 #include "bnb/core/blockwise8.h"
 
 namespace bnb::jit {
-
-absl::Status CheckThreadsPerBlock(const char* what, int threads) {
-  if (threads < 32 || threads > 1024 || (threads & (threads - 1)) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " kernel: threads per block must be a power of two in [32, 1024], got ", threads));
-  }
-  return absl::OkStatus();
-}
 
 Dim3 BlockTileGrid(int64_t n, int64_t blocksize, int threads, int64_t per_thread, const DeviceInfo& device,
                    int ctas_per_sm) {

@@ -12,9 +12,6 @@
 
 namespace bnb::jit {
 
-// OK for a power of two in [32, 1024]; otherwise an error naming `what` kernel and the value.
-absl::Status CheckThreadsPerBlock(const char* what, int threads);
-
 // Grid for n elements in quant blocks of `blocksize`, each thread taking `per_thread` elements of a block: one CTA
 // per tile of threads * per_thread / blocksize quant blocks, at most as many CTAs as the device holds at once,
 // `ctas_per_sm` on each multiprocessor (the kernels stride over the rest). A grid sized for more than fit runs
