@@ -161,6 +161,21 @@ TEST(KernelSources, Embedded) {
   EXPECT_NE(std::find(names.begin(), names.end(), "bnb_common"), names.end());
 }
 
+// Inline assembly lives in one header, each instruction behind a wrapper that names the architectures having it.
+TEST(KernelSources, InlineAsmOnlyInTheCompatHeader) {
+  for (const EmbeddedFile& f : KernelFiles()) {
+    const std::string text = f.text;
+    if (std::string(f.name) == "ptx_compat.cuh") {
+      EXPECT_NE(text.find("asm("), std::string::npos);
+      continue;
+    }
+    for (const char* a : {"asm(", "asm (", "asm volatile", "__asm"}) {
+      EXPECT_EQ(text.find(a), std::string::npos) << f.name << " holds inline assembly (" << a
+                                                 << "): wrap it in kernels/ptx_compat.cuh";
+    }
+  }
+}
+
 TEST(NvrtcOptions, CubinWhenKnownElsePtx) {
   const std::vector<int> archs = {75, 80, 86, 89, 90, 100, 120};
   KernelSpec s = BaseSpec();
