@@ -4,11 +4,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "bnb/core/blockwise8.h"
+#include "bnb/jit/blockwise8.h"
 #include "bnb/jit/kernel_registry.h"
 #include "bnb/jit/launch.h"
 #include "bnb/jit/launch_shape.h"
 #include "bnb/jit/threads_per_block.h"
-#include "bnb/jit/blockwise8.h"
 
 namespace bnb::jit {
 namespace {

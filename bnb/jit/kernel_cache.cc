@@ -148,12 +148,11 @@ absl::StatusOr<LoadedKernel> KernelCache::GetKernel(const KernelSpec& spec_in, i
       return it->second;
     }
   }
+  // Also checks the device exists before anything is compiled for it.
+  absl::StatusOr<DeviceInfo> info = runtime_->GetDeviceInfo(device);
+  if (!info.ok()) return info.status();
   KernelSpec spec = spec_in;
-  if (spec.arch.empty()) {
-    absl::StatusOr<DeviceInfo> info = runtime_->GetDeviceInfo(device);
-    if (!info.ok()) return info.status();
-    spec.arch = info->target;
-  }
+  if (spec.arch.empty()) spec.arch = info->target;
   absl::StatusOr<std::shared_ptr<const Binary>> binary = GetBinary(spec);
   if (!binary.ok()) return binary.status();
   absl::StatusOr<std::string> key = Key(spec);
