@@ -1,6 +1,7 @@
 #include "bnb/jit/fake_runtime.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
