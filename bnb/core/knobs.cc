@@ -21,12 +21,20 @@ absl::Status ExpectAbsolutePath(absl::string_view knob, const std::string& path)
                    absl::StrCat(knob, ": expected an absolute path (~ is not expanded), got '", path, "'"));
 }
 
+absl::string_view ThreadsPerBlockDoc() {
+  static const std::string* const doc =
+      new std::string(absl::StrCat("threads per CUDA block of the blockwise kernels (a power of two >= 32; each value "
+                                   "compiles kernels of its own); 0 picks ",
+                                   kCudaThreadsPerBlockDefault));
+  return *doc;
+}
+
 }  // namespace
 
 const std::vector<KnobSpec>& AllKnobs() {
   static const std::vector<KnobSpec> knobs = {
       {"cpu.isa", KnobType::kString, std::string("best"), 0, 0,
-       "highest CPU instruction set the vectorized kernels may use (best, avx3, avx2, sse4, ssse3, scalar)", false,
+       "highest CPU instruction set the vectorized kernels may use (best, avx3, avx2, sse4, ssse3, scalar)",
        [](const KnobValue& v) { return ValidateIsaName(std::get<std::string>(v)); }},
       {"cpu.threads", KnobType::kInt, int64_t{0}, 0, 4096,
        "most threads a CPU kernel splits its work over; 0 follows torch.get_num_threads()"},
@@ -34,8 +42,7 @@ const std::vector<KnobSpec>& AllKnobs() {
        "fewest elements a CPU kernel hands to one thread, so small tensors are not split"},
       {"cpu.huge_pages", KnobType::kBool, true, 0, 0,
        "advise transparent huge pages for large CPU outputs: far fewer page faults on first write"},
-      {"cuda.threads_per_block", KnobType::kInt, int64_t{0}, 0, 1024,
-       "threads per CUDA block of the blockwise kernels (a power of two >= 32); 0 picks 256", true,
+      {"cuda.threads_per_block", KnobType::kInt, int64_t{0}, 0, 1024, ThreadsPerBlockDoc(),
        [](const KnobValue& v) {
          const int64_t t = std::get<int64_t>(v);
          return t == 0 || (t >= 32 && (t & (t - 1)) == 0)
@@ -46,10 +53,9 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"cuda.nvrtc_path", KnobType::kString, std::string(""), 0, 0,
        "libnvrtc to open, an absolute path; empty tries the nvidia-cuda-nvrtc wheel's, libnvrtc.so.13/.so.12 on the "
        "library path, then $CUDA_HOME/lib64. Read when NVRTC is first opened: a later change needs a new process",
-       false, nullptr, /*loads_code=*/true},
+       nullptr, /*loads_code=*/true},
       {"cache.dir", KnobType::kString, std::string(""),  0, 0,
        "directory for compiled kernels (absolute); empty means $XDG_CACHE_HOME/bnb/kernels or ~/.cache/bnb/kernels",
-       false,
        [](const KnobValue& v) { return ExpectAbsolutePath("cache.dir", std::get<std::string>(v)); }},
       {"cache.enabled", KnobType::kBool, true, 0, 0, "keep compiled kernels on disk between processes"},
   };

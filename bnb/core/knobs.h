@@ -1,5 +1,7 @@
-// Every tuning knob bnb has, declared once: name, type, default, allowed values, one-line doc, whether it
-// changes generated kernel code (such knobs are part of kernel cache keys), and whether it names code to load.
+// Every tuning knob bnb has, declared once: name, type, default, allowed values, one-line doc, and whether it
+// names code to load. A knob that shapes kernel code does so through the kernel's spec (bnb/jit: a template
+// argument, as cuda.threads_per_block is, or a spec knob), and every spec field is part of the kernel's cache key,
+// so no flag here has to say which knobs do.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +25,6 @@ struct KnobSpec {
   int64_t min = 0;  // kInt: inclusive range
   int64_t max = 0;
   absl::string_view doc;
-  bool shapes_code = false;
   // Extra check for values of the right type and range (e.g. a known instruction set); may be null.
   absl::Status (*validate)(const KnobValue&) = nullptr;
   // The value names code bnb loads (a library to dlopen): it must be an absolute path, and a project's ./bnb.toml
@@ -32,6 +33,10 @@ struct KnobSpec {
 };
 
 const std::vector<KnobSpec>& AllKnobs();
+
+// What cuda.threads_per_block = 0 stands for: the threads per block the blockwise CUDA kernels launch with unless
+// the knob says otherwise. bnb::jit::ThreadsPerBlock resolves the knob with it; the knob's doc quotes it.
+inline constexpr int kCudaThreadsPerBlockDefault = 256;
 
 // Whether a broken setting of the knob (a bad value in a file or the environment) fails what reads it: the cpu
 // knobs', as CPU work must not run otherwise than configured. Every other knob serves the kernel cache or CUDA,

@@ -3,9 +3,12 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "bnb/jit/launch_shape.h"
 #include "bnb/core/blockwise8.h"
 #include "bnb/jit/blockwise8.h"
+#include "bnb/jit/kernel_registry.h"
+#include "bnb/jit/launch.h"
+#include "bnb/jit/launch_shape.h"
+#include "bnb/jit/threads_per_block.h"
 
 namespace bnb::jit {
 namespace {
@@ -27,7 +30,7 @@ int Log2(int64_t v) {
 absl::StatusOr<KernelSpec> Quantize4Spec(core::DType dtype, int64_t blocksize, core::Quant4 quant, int threads,
                                          const std::string& arch) {
   if (absl::Status st = core::CheckBlocksize(blocksize); !st.ok()) return st;
-  if (threads == 0) threads = kDefaultBlockwise4Threads;
+  threads = ThreadsPerBlock(threads);
   if (absl::Status st = CheckThreadsPerBlock("quantize_blockwise4", threads); !st.ok()) return st;
   KernelSpec s;
   s.template_name = "blockwise4";
@@ -44,7 +47,7 @@ absl::StatusOr<KernelSpec> Quantize4Spec(core::DType dtype, int64_t blocksize, c
 absl::StatusOr<KernelSpec> Dequantize4Spec(core::DType dtype, int64_t blocksize, int threads,
                                            const std::string& arch) {
   if (absl::Status st = core::CheckBlocksize(blocksize); !st.ok()) return st;
-  if (threads == 0) threads = kDefaultBlockwise4Threads;
+  threads = ThreadsPerBlock(threads);
   if (absl::Status st = CheckThreadsPerBlock("dequantize_blockwise4", threads); !st.ok()) return st;
   KernelSpec s;
   s.template_name = "blockwise4";
@@ -90,9 +93,11 @@ std::vector<KernelSpec> AllBlockwise4Specs(const std::string& arch, int threads)
   return out;
 }
 
+BNB_REGISTER_KERNEL_FAMILY(blockwise4, AllBlockwise4Specs);
+
 Dim3 Blockwise4Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device,
                     int ctas_per_sm) {
-  if (threads == 0) threads = kDefaultBlockwise4Threads;
+  threads = ThreadsPerBlock(threads);
   return BlockTileGrid(n, blocksize, threads, PerThread(blocksize, threads, dtype), device, ctas_per_sm);
 }
 
@@ -116,11 +121,9 @@ absl::Status LaunchQuantizeBlockwise4(KernelCache& cache, int device, core::DTyp
   if (n == 0) return absl::OkStatus();
   absl::StatusOr<KernelSpec> spec = Quantize4Spec(dtype, blocksize, quant, threads, "");
   if (!spec.ok()) return spec.status();
-  if (threads == 0) threads = kDefaultBlockwise4Threads;
-  long long nn = n;
-  void* args[] = {&x, &packed, &absmax, &nn};
+  threads = ThreadsPerBlock(threads);
   return LaunchOverBlockTiles(cache, device, *spec, n, blocksize, threads, PerThread(blocksize, threads, dtype),
-                              stream, args);
+                              stream, x, packed, absmax, static_cast<long long>(n));
 }
 
 absl::Status LaunchDequantizeBlockwise4(KernelCache& cache, int device, core::DType dtype, const uint8_t* packed,
@@ -129,11 +132,9 @@ absl::Status LaunchDequantizeBlockwise4(KernelCache& cache, int device, core::DT
   if (n == 0) return absl::OkStatus();
   absl::StatusOr<KernelSpec> spec = Dequantize4Spec(dtype, blocksize, threads, "");
   if (!spec.ok()) return spec.status();
-  if (threads == 0) threads = kDefaultBlockwise4Threads;
-  long long nn = n;
-  void* args[] = {&packed, &code16, &absmax, &out, &nn};
+  threads = ThreadsPerBlock(threads);
   return LaunchOverBlockTiles(cache, device, *spec, n, blocksize, threads, PerThread(blocksize, threads, dtype),
-                              stream, args);
+                              stream, packed, code16, absmax, out, static_cast<long long>(n));
 }
 
 absl::Status LaunchGemv4(KernelCache& cache, int device, core::DType dtype, const void* A, const uint8_t* packed,
@@ -152,12 +153,8 @@ absl::Status LaunchGemv4(KernelCache& cache, int device, core::DType dtype, cons
   if (!grid.ok()) return grid.status();
   absl::StatusOr<LoadedKernel> k = cache.GetKernel(*spec, device);
   if (!k.ok()) return k.status();
-  long long nn = N, kk = K;
-  int lg = Log2(blocksize);
-  void* args[] = {&A, &packed, &absmax, &code16, &out, &nn, &kk, &lg};
-  Dim3 block;
-  block.x = static_cast<unsigned>(threads);
-  return LaunchKernel(*k, *grid, block, 0, stream, args);
+  return Launch(*k, *grid, Dim3{static_cast<unsigned>(threads)}, 0, stream, A, packed, absmax, code16, out,
+                static_cast<long long>(N), static_cast<long long>(K), Log2(blocksize));
 }
 
 }  // namespace bnb::jit

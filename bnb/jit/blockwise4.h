@@ -1,7 +1,8 @@
 // Host side of kernels/blockwise4.cuh: the kernel specs, launch shapes and launches the ops layer needs for
 // blockwise 4-bit quantization (NF4, FP4) and the 4-bit matrix-vector product on CUDA. Pointers are device
-// pointers; `stream` is a CUstream as void*. Results equal bnb/core's CPU kernels: quantize and dequantize bit for
-// bit (bnb/core/blockwise4.h), gemv up to float32 summation order (bnb/core/gemv4.h).
+// pointers; `stream` is the runtime's stream handle (a CUstream) as void*. Results equal bnb/core's CPU kernels:
+// quantize and dequantize bit for bit (bnb/core/blockwise4.h), gemv up to float32 summation order
+// (bnb/core/gemv4.h).
 #pragma once
 
 #include <cstdint>
@@ -13,17 +14,18 @@
 #include "bnb/core/dtype.h"
 #include "bnb/jit/kernel_cache.h"
 #include "bnb/jit/kernel_spec.h"
-#include "bnb/jit/launcher.h"
+#include "bnb/jit/runtime.h"
 
 namespace bnb::jit {
 
-inline constexpr int kDefaultBlockwise4Threads = 256;
+// gemv4's own shape: it does not take the cuda.threads_per_block knob.
 inline constexpr int kDefaultGemv4Threads = 256;
 inline constexpr int kDefaultGemv4Rows = 2;  // rows per warp
 
-// The spec of quantize_blockwise4<T, blocksize, threads, quant>. threads 0 means kDefaultBlockwise4Threads. Errors
-// name a bad blocksize (power of two in [32, 4096]) or thread count (power of two in [32, 1024]). An empty arch is
-// filled in by KernelCache::GetKernel from the device.
+// The spec of quantize_blockwise4<T, blocksize, threads, quant>. `threads` here and below (but gemv's) is the
+// cuda.threads_per_block knob's value (0: its default; threads_per_block.h). Errors name a bad blocksize (power
+// of two in [32, 4096]) or thread count (power of two in [32, 1024]). An empty arch is filled in by
+// KernelCache::GetKernel from the device.
 absl::StatusOr<KernelSpec> Quantize4Spec(core::DType dtype, int64_t blocksize, core::Quant4 quant, int threads,
                                          const std::string& arch);
 // The spec of dequantize_blockwise4<T, blocksize, threads> (any 16-value code map: it is a kernel argument).
@@ -34,7 +36,7 @@ absl::StatusOr<KernelSpec> Dequantize4Spec(core::DType dtype, int64_t blocksize,
 absl::StatusOr<KernelSpec> Gemv4Spec(core::DType dtype, int threads, int rows, const std::string& arch);
 
 // Every quantize / dequantize spec for every dtype, blocksize and quant type, and gemv for every dtype, with
-// default shapes (for cache warm and the NVRTC test).
+// default shapes; registered as the blockwise4 family (kernel_registry.h).
 std::vector<KernelSpec> AllBlockwise4Specs(const std::string& arch, int threads = 0);
 
 // Grid for n elements: one CTA per tile of quant blocks, at most as many as the device holds at once when each

@@ -3,8 +3,11 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "bnb/jit/launch_shape.h"
 #include "bnb/core/blockwise8.h"
+#include "bnb/jit/kernel_registry.h"
+#include "bnb/jit/launch.h"
+#include "bnb/jit/launch_shape.h"
+#include "bnb/jit/threads_per_block.h"
 
 namespace bnb::jit {
 namespace {
@@ -29,7 +32,7 @@ const char* CudaTypeName(core::DType dtype) {
 absl::StatusOr<KernelSpec> Blockwise8Spec(bool quantize, core::DType dtype, int64_t blocksize, int threads,
                                           const std::string& arch) {
   if (absl::Status st = core::CheckBlocksize(blocksize); !st.ok()) return st;
-  if (threads == 0) threads = kDefaultBlockwise8Threads;
+  threads = ThreadsPerBlock(threads);
   if (absl::Status st = CheckThreadsPerBlock("blockwise8", threads); !st.ok()) return st;
   KernelSpec s;
   s.template_name = "blockwise8";
@@ -62,9 +65,11 @@ std::vector<KernelSpec> AllBlockwise8Specs(const std::string& arch, int threads)
   return out;
 }
 
+BNB_REGISTER_KERNEL_FAMILY(blockwise8, AllBlockwise8Specs);
+
 Dim3 Blockwise8Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype, const DeviceInfo& device,
                     int ctas_per_sm) {
-  if (threads == 0) threads = kDefaultBlockwise8Threads;
+  threads = ThreadsPerBlock(threads);
   return BlockTileGrid(n, blocksize, threads, PerThread(blocksize, threads, dtype), device, ctas_per_sm);
 }
 
@@ -74,17 +79,15 @@ absl::Status LaunchQuantizeBlockwise8(KernelCache& cache, int device, core::DTyp
   if (n == 0) return absl::OkStatus();
   absl::StatusOr<KernelSpec> spec = Blockwise8Spec(true, dtype, blocksize, threads, "");
   if (!spec.ok()) return spec.status();
-  if (threads == 0) threads = kDefaultBlockwise8Threads;
+  threads = ThreadsPerBlock(threads);
   absl::StatusOr<LoadedKernel> prepare = cache.GetKernel(PrepareCodebook8Spec(""), device);
   if (!prepare.ok()) return prepare.status();
-  void* prepare_args[] = {&code, &scratch};
-  Dim3 one, block;
-  block.x = kPrepareCodebook8Threads;
-  if (absl::Status st = LaunchKernel(*prepare, one, block, 0, stream, prepare_args); !st.ok()) return st;
-  long long nn = n;
-  void* args[] = {&x, &scratch, &codes, &absmax, &nn};
+  if (absl::Status st = Launch(*prepare, Dim3{1}, Dim3{kPrepareCodebook8Threads}, 0, stream, code, scratch);
+      !st.ok()) {
+    return st;
+  }
   return LaunchOverBlockTiles(cache, device, *spec, n, blocksize, threads, PerThread(blocksize, threads, dtype),
-                              stream, args);
+                              stream, x, scratch, codes, absmax, static_cast<long long>(n));
 }
 
 absl::Status LaunchDequantizeBlockwise8(KernelCache& cache, int device, core::DType dtype, const uint8_t* codes,
@@ -93,11 +96,9 @@ absl::Status LaunchDequantizeBlockwise8(KernelCache& cache, int device, core::DT
   if (n == 0) return absl::OkStatus();
   absl::StatusOr<KernelSpec> spec = Blockwise8Spec(false, dtype, blocksize, threads, "");
   if (!spec.ok()) return spec.status();
-  if (threads == 0) threads = kDefaultBlockwise8Threads;
-  long long nn = n;
-  void* args[] = {&codes, &code, &absmax, &out, &nn};
+  threads = ThreadsPerBlock(threads);
   return LaunchOverBlockTiles(cache, device, *spec, n, blocksize, threads, PerThread(blocksize, threads, dtype),
-                              stream, args);
+                              stream, codes, code, absmax, out, static_cast<long long>(n));
 }
 
 }  // namespace bnb::jit

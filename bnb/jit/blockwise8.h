@@ -1,5 +1,6 @@
 // Host side of kernels/blockwise8.cuh: the kernel specs, launch shapes and launches the ops layer needs for
-// blockwise 8-bit quantization on CUDA. Pointers are device pointers; `stream` is a CUstream as void*.
+// blockwise 8-bit quantization on CUDA. Pointers are device pointers; `stream` is the runtime's stream handle (a
+// CUstream) as void*.
 #pragma once
 
 #include <cstdint>
@@ -10,17 +11,15 @@
 #include "bnb/core/dtype.h"
 #include "bnb/jit/kernel_cache.h"
 #include "bnb/jit/kernel_spec.h"
-#include "bnb/jit/launcher.h"
+#include "bnb/jit/runtime.h"
 
 namespace bnb::jit {
-
-inline constexpr int kDefaultBlockwise8Threads = 256;
 
 // The C++ type the templates use for `dtype`: "float", "bnb::half", "bnb::bf16".
 const char* CudaTypeName(core::DType dtype);
 
-// The spec of quantize_blockwise8<T, blocksize, threads> (quantize) or dequantize_blockwise8<...>. threads 0
-// means kDefaultBlockwise8Threads. Errors name a bad blocksize (power of two in [32, 4096]) or thread count
+// The spec of quantize_blockwise8<T, blocksize, threads> (quantize) or dequantize_blockwise8<...>. `threads` here
+// and below is the cuda.threads_per_block knob's value (0: its default; threads_per_block.h). Errors name a bad blocksize (power of two in [32, 4096]) or thread count
 // (power of two in [32, 1024]). An empty arch is filled in by KernelCache::GetKernel from the device.
 absl::StatusOr<KernelSpec> Blockwise8Spec(bool quantize, core::DType dtype, int64_t blocksize, int threads,
                                           const std::string& arch);
@@ -32,8 +31,8 @@ KernelSpec PrepareCodebook8Spec(const std::string& arch);
 // Device bytes quantize needs for the prepared codebook (sizeof(bw8::Prepared) in kernels/blockwise8.cuh).
 inline constexpr int64_t kQuantizeBlockwise8ScratchBytes = 22784;
 
-// Every quantize and dequantize spec, for every dtype and blocksize, and the prepare spec (for cache warm and the
-// NVRTC test).
+// Every quantize and dequantize spec, for every dtype and blocksize, and the prepare spec; registered as the
+// blockwise8 family (kernel_registry.h).
 std::vector<KernelSpec> AllBlockwise8Specs(const std::string& arch, int threads = 0);
 
 // Grid for n elements: one CTA per tile of quant blocks, at most as many as the device holds at once when each

@@ -6,9 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bnb/jit/cuda/arch.h"
 #include "bnb/jit/sha256.h"
 
 namespace bnb::jit {
+
+absl::Status FakeCompiler::CheckTarget(const std::string& target) { return cuda::ParseArch(target).status(); }
 
 absl::StatusOr<std::vector<std::string>> FakeCompiler::Options(const KernelSpec& spec) {
   std::vector<std::string> o = {"-std=c++17", absl::StrCat("-arch=", spec.arch)};

@@ -12,6 +12,8 @@ namespace bnb::jit {
 class FakeCompiler : public Compiler {
  public:
   absl::StatusOr<std::string> Version() override { return version; }
+  // CUDA's "sm_XX" rule (cuda/arch.h), as the NVRTC compiler it stands in for.
+  absl::Status CheckTarget(const std::string& target) override;
   absl::StatusOr<std::vector<std::string>> Options(const KernelSpec& spec) override;
   // Returns a CUBIN-kind Binary whose lowered name is "fake_<entry>" and whose image names the spec and holds
   // a hash of the source; or InvalidArgument when `fail` is set. Sleeps `sleep_ms` first.

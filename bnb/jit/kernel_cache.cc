@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "bnb/core/config.h"
 #include "bnb/jit/cache_key.h"
+#include "bnb/jit/default_backend.h"
 #include "bnb/jit/kernel_sources.h"
 
 namespace bnb::jit {
@@ -41,7 +42,8 @@ KernelCache& KernelCache::Global() {
 
 KernelCache::KernelCache(KernelCacheOptions options)
     : options_(std::move(options)),
-      compiler_(options_.compiler ? options_.compiler : std::make_shared<NvrtcCompiler>()) {}
+      compiler_(options_.compiler ? options_.compiler : DefaultCompiler()),
+      runtime_(options_.runtime ? options_.runtime : &DefaultRuntime()) {}
 
 std::shared_ptr<DiskCache> KernelCache::Disk() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -78,6 +80,7 @@ absl::StatusOr<std::string> KernelCache::Key(const KernelSpec& spec) {
     if (auto it = keys_.find(fields); it != keys_.end()) return it->second;
   }
   if (absl::Status st = ValidateSpec(spec); !st.ok()) return st;
+  if (absl::Status st = compiler_->CheckTarget(spec.arch); !st.ok()) return st;
   absl::StatusOr<absl::string_view> text = KernelSource(spec.template_name);
   if (!text.ok()) return text.status();
   absl::StatusOr<std::string> version = compiler_->Version();
@@ -145,14 +148,11 @@ absl::StatusOr<LoadedKernel> KernelCache::GetKernel(const KernelSpec& spec_in, i
       return it->second;
     }
   }
+  // Also checks the device exists before anything is compiled for it.
+  absl::StatusOr<DeviceInfo> info = runtime_->GetDeviceInfo(device);
+  if (!info.ok()) return info.status();
   KernelSpec spec = spec_in;
-  if (spec.arch.empty()) {
-    absl::StatusOr<DeviceInfo> info = GetDeviceInfo(device);
-    if (!info.ok()) return info.status();
-    spec.arch = info->ArchName();
-  }
-  absl::StatusOr<CUcontext> ctx = PrimaryContext(device);
-  if (!ctx.ok()) return ctx.status();
+  if (spec.arch.empty()) spec.arch = info->target;
   absl::StatusOr<std::shared_ptr<const Binary>> binary = GetBinary(spec);
   if (!binary.ok()) return binary.status();
   absl::StatusOr<std::string> key = Key(spec);
@@ -160,18 +160,18 @@ absl::StatusOr<LoadedKernel> KernelCache::GetKernel(const KernelSpec& spec_in, i
   std::lock_guard<std::mutex> load_lock(load_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = modules_.find({*key, *ctx}); it != modules_.end()) {
+    if (auto it = modules_.find({*key, device}); it != modules_.end()) {
       loaded_[fast] = it->second;
       return it->second;
     }
   }
-  absl::StatusOr<LoadedKernel> k = LoadKernel(**binary, device);
+  absl::StatusOr<LoadedKernel> k = LoadKernel(*runtime_, **binary, device);
   if (!k.ok()) {
     return absl::Status(k.status().code(),
                         absl::StrCat(k.status().message(), "; kernel ", spec.DebugString(), ", key ", *key));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  modules_[{*key, *ctx}] = *k;
+  modules_[{*key, device}] = *k;
   loaded_[fast] = *k;
   return k;
 }
@@ -180,7 +180,7 @@ absl::Status KernelCache::Warm(const std::vector<KernelSpec>& specs, const std::
                                const std::function<void(size_t, size_t, const KernelSpec&)>& progress) {
   // Checked once up front: a bad arch would otherwise fail every spec alike, and a warm into no disk cache would
   // report success while leaving nothing to ship.
-  if (absl::Status st = ParseArch(arch).status(); !st.ok()) return st;
+  if (absl::Status st = compiler_->CheckTarget(arch); !st.ok()) return st;
   if (absl::Status st = DiskSettingsStatus(); !st.ok()) return st;
   // One directory for the whole run, though cache.dir may change meanwhile; and every kernel must end up in it,
   // also those this process already holds in memory (GetBinary then touches no disk: after a clear, or a change

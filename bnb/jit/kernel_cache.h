@@ -18,7 +18,7 @@
 #include "bnb/jit/compiler.h"
 #include "bnb/jit/disk_cache.h"
 #include "bnb/jit/kernel_spec.h"
-#include "bnb/jit/launcher.h"
+#include "bnb/jit/runtime.h"
 #include "bnb/jit/warnings.h"
 
 namespace bnb::jit {
@@ -33,12 +33,15 @@ struct Stats {
 };
 
 struct KernelCacheOptions {
-  // null: NvrtcCompiler. Its Version() and Options(spec) must not change while the cache lives.
+  // null: DefaultCompiler() (NVRTC). Its Version() and Options(spec) must not change while the cache lives.
   std::shared_ptr<Compiler> compiler;
   // nullopt: follow bnb::core::Config's cache.dir and cache.enabled, re-read whenever the config changes.
   std::optional<DiskCacheOptions> disk;
   // Where warnings go when the config supplies the disk options (null: stderr).
   WarningSink warn;
+  // What loads and launches the kernels (null: DefaultRuntime(), the CUDA driver); it must outlive the cache and
+  // name its devices' targets as `compiler` does.
+  Runtime* runtime = nullptr;
 };
 
 class KernelCache {
@@ -57,9 +60,12 @@ class KernelCache {
   // error is returned (and not cached: the next call tries again). Cache problems only warn.
   absl::StatusOr<std::shared_ptr<const Binary>> GetBinary(const KernelSpec& spec);
 
-  // GetBinary, then loaded into the primary context of CUDA device `device`, once per (key, context). An empty
-  // spec.arch means the device's own arch. The fast path (already loaded) is one mutex and one hash lookup.
+  // GetBinary, then loaded by the runtime onto device `device`, once per (key, device). An empty spec.arch means
+  // the device's own target. The fast path (already loaded) is one mutex and one hash lookup.
   absl::StatusOr<LoadedKernel> GetKernel(const KernelSpec& spec, int device);
+
+  // The runtime the kernels of GetKernel run on.
+  Runtime& runtime() { return *runtime_; }
 
   // Compiles every spec for `arch` (overriding spec.arch) into the caches without touching a GPU. Calls
   // `progress(done, total, spec)` after each. Keeps going after a failure; the error lists every one that failed.
@@ -87,12 +93,13 @@ class KernelCache {
 
   KernelCacheOptions options_;
   std::shared_ptr<Compiler> compiler_;
+  Runtime* runtime_;
 
   std::mutex mu_;  // guards everything below
   absl::flat_hash_map<std::string, std::string> keys_;                  // spec fields -> key
   absl::flat_hash_map<std::string, std::shared_ptr<Entry>> entries_;    // key -> entry
   absl::flat_hash_map<std::string, LoadedKernel> loaded_;               // spec fields + device -> kernel
-  std::map<std::pair<std::string, CUcontext>, LoadedKernel> modules_;  // (key, context) -> kernel
+  std::map<std::pair<std::string, int>, LoadedKernel> modules_;        // (key, device) -> kernel
   Stats stats_;
   std::shared_ptr<DiskCache> disk_;
   uint64_t disk_generation_ = 0;

@@ -24,7 +24,8 @@ struct KernelSpec {
   // Template arguments in declaration order: name (documentation and key) = value (C++ text placed in the
   // template argument list), e.g. {{"T", "bnb::bf16"}, {"BLOCKSIZE", "256"}, {"THREADS", "256"}}.
   std::vector<std::pair<std::string, std::string>> template_args;
-  // Target architecture: "sm_XX" (XX = 10 * major + minor compute capability), e.g. "sm_90".
+  // The device target, as the GPU runtime names it and its compiler checks (Compiler::CheckTarget): "sm_90" for
+  // CUDA; a ROCm runtime's would read "gfx942". Opaque to everything else.
   std::string arch;
   // Knobs that shape the generated code but are not template arguments; each becomes -DBNB_KNOB_<NAME>=<value>.
   // Names are C identifiers. Order does not matter (they are sorted into the options).
@@ -36,11 +37,9 @@ struct KernelSpec {
   std::string DebugString() const;
 };
 
-// Checks the fields are well formed (non-empty names, arch "sm_<digits>", identifier knob names, no NUL bytes).
+// Checks the fields are well formed (identifier names, a non-empty arch of letters, digits and _:+-. only,
+// identifier knob names, no NUL bytes). Whether the arch names a real target is the compiler's to say.
 absl::Status ValidateSpec(const KernelSpec& spec);
-
-// Parses "sm_90" -> 90. Error names the text and the expected form.
-absl::StatusOr<int> ParseArch(const std::string& arch);
 
 enum class BinaryKind : uint8_t { kCubin = 1, kPtx = 2 };
 

@@ -2,41 +2,34 @@
 
 #include <algorithm>
 
-#include "absl/strings/str_cat.h"
 #include "bnb/core/blockwise8.h"
 
 namespace bnb::jit {
-
-absl::Status CheckThreadsPerBlock(const char* what, int threads) {
-  if (threads < 32 || threads > 1024 || (threads & (threads - 1)) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " kernel: threads per block must be a power of two in [32, 1024], got ", threads));
-  }
-  return absl::OkStatus();
-}
 
 Dim3 BlockTileGrid(int64_t n, int64_t blocksize, int threads, int64_t per_thread, const DeviceInfo& device,
                    int ctas_per_sm) {
   const int64_t per_block_threads = blocksize / per_thread;
   const int64_t blocks_per_tile = threads / per_block_threads;
   const int64_t tiles = (core::NumBlocks(n, blocksize) + blocks_per_tile - 1) / blocks_per_tile;
-  const int64_t resident = int64_t{std::max(device.sm_count, 1)} * std::max(ctas_per_sm, 1);
+  const int64_t resident = int64_t{std::max(device.multiprocessors, 1)} * std::max(ctas_per_sm, 1);
   Dim3 g;
   g.x = static_cast<unsigned>(std::max<int64_t>(1, std::min(tiles, resident)));
   return g;
 }
 
-absl::Status LaunchOverBlockTiles(KernelCache& cache, int device, const KernelSpec& spec, int64_t n,
-                                  int64_t blocksize, int threads, int64_t per_thread, void* stream, void** args) {
-  absl::StatusOr<DeviceInfo> info = GetDeviceInfo(device);
+absl::StatusOr<BlockTileLaunch> PlanBlockTileLaunch(KernelCache& cache, int device, const KernelSpec& spec,
+                                                    int64_t n, int64_t blocksize, int threads, int64_t per_thread) {
+  absl::StatusOr<DeviceInfo> info = cache.runtime().GetDeviceInfo(device);
   if (!info.ok()) return info.status();
   absl::StatusOr<LoadedKernel> k = cache.GetKernel(spec, device);
   if (!k.ok()) return k.status();
-  absl::StatusOr<int> per_sm = ResidentCtasPerSm(*k, threads);
+  absl::StatusOr<int> per_sm = cache.runtime().ResidentCtasPerSm(*k, threads);
   if (!per_sm.ok()) return per_sm.status();
-  Dim3 block;
-  block.x = static_cast<unsigned>(threads);
-  return LaunchKernel(*k, BlockTileGrid(n, blocksize, threads, per_thread, *info, *per_sm), block, 0, stream, args);
+  BlockTileLaunch plan;
+  plan.kernel = *k;
+  plan.grid = BlockTileGrid(n, blocksize, threads, per_thread, *info, *per_sm);
+  plan.block.x = static_cast<unsigned>(threads);
+  return plan;
 }
 
 }  // namespace bnb::jit

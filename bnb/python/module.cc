@@ -103,7 +103,6 @@ PYBIND11_MODULE(_C, m) {
       d["source"] = FsStr(e.source);  // a file's path need not be UTF-8
       d["env"] = bnb::core::KnobEnvName(e.spec->name);
       d["doc"] = std::string(e.spec->doc);
-      d["shapes_code"] = e.spec->shapes_code;
       out.append(d);
     }
     return out;

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "bnb/jit/cuda_api.h"
+#include "bnb/jit/cuda/driver.h"
+#include "bnb/jit/cuda/nvrtc.h"
+#include "bnb/jit/cuda/runtime.h"
 #include "gtest/gtest.h"
 
 namespace bnb::tests {
@@ -15,25 +17,25 @@ namespace bnb::tests {
 class CudaDeviceTest : public ::testing::Test {
  public:
   void SetUp() override {
-    absl::StatusOr<const jit::CudaDriver*> d = jit::GetCudaDriver();
+    absl::StatusOr<const jit::cuda::CudaDriver*> d = jit::cuda::GetCudaDriver();
     if (!d.ok()) GTEST_SKIP() << std::string(d.status().message());
-    absl::StatusOr<const jit::Nvrtc*> nv = jit::GetNvrtc();
+    absl::StatusOr<const jit::cuda::Nvrtc*> nv = jit::cuda::GetNvrtc();
     if (!nv.ok()) GTEST_SKIP() << std::string(nv.status().message());
     int count = 0;
     if ((*d)->cuDeviceGetCount(&count) != 0 || count == 0) GTEST_SKIP() << "no CUDA device";
     d_ = *d;
-    absl::StatusOr<jit::CUcontext> ctx = jit::PrimaryContext(0);
+    absl::StatusOr<jit::cuda::CUcontext> ctx = jit::cuda::PrimaryContext(0);
     ASSERT_TRUE(ctx.ok()) << ctx.status();
     ASSERT_EQ(d_->cuCtxSetCurrent(*ctx), 0);
   }
   void TearDown() override {
     if (d_ == nullptr) return;
-    for (jit::CUdeviceptr p : allocs_) d_->cuMemFree(p);
+    for (jit::cuda::CUdeviceptr p : allocs_) d_->cuMemFree(p);
   }
   // A device buffer of `bytes` (+ slack) starting `offset` bytes past an allocation (which is 256-byte aligned),
   // holding `p` if given (nullptr: left uninitialized).
-  jit::CUdeviceptr Upload(const void* p, size_t bytes, size_t offset = 0) {
-    jit::CUdeviceptr ptr = 0;
+  jit::cuda::CUdeviceptr Upload(const void* p, size_t bytes, size_t offset = 0) {
+    jit::cuda::CUdeviceptr ptr = 0;
     EXPECT_EQ(d_->cuMemAlloc(&ptr, bytes + offset + 64), 0);
     allocs_.push_back(ptr);
     if (p != nullptr && bytes > 0) {
@@ -41,7 +43,7 @@ class CudaDeviceTest : public ::testing::Test {
     }
     return ptr + offset;
   }
-  std::vector<uint8_t> Download(jit::CUdeviceptr p, size_t bytes) {
+  std::vector<uint8_t> Download(jit::cuda::CUdeviceptr p, size_t bytes) {
     std::vector<uint8_t> v(bytes);
     if (bytes > 0) {
       EXPECT_EQ(d_->cuMemcpyDtoH(v.data(), p, bytes), 0);
@@ -49,8 +51,8 @@ class CudaDeviceTest : public ::testing::Test {
     return v;
   }
 
-  const jit::CudaDriver* d_ = nullptr;
-  std::vector<jit::CUdeviceptr> allocs_;
+  const jit::cuda::CudaDriver* d_ = nullptr;
+  std::vector<jit::cuda::CUdeviceptr> allocs_;
 };
 
 }  // namespace bnb::tests

@@ -7,16 +7,21 @@
 #include <set>
 #include <string>
 
-#include "bnb/jit/all_kernels.h"
+#include "absl/strings/str_cat.h"
 #include "bnb/jit/blockwise8.h"
-#include "bnb/jit/compiler.h"
+#include "bnb/jit/cuda/arch.h"
+#include "bnb/jit/cuda/nvrtc_compiler.h"
 #include "bnb/jit/fake_compiler.h"
 #include "bnb/jit/kernel_cache.h"
+#include "bnb/jit/kernel_registry.h"
 #include "bnb/jit/kernel_sources.h"
 #include "gtest/gtest.h"
 
 namespace bnb::jit {
 namespace {
+
+using cuda::NvrtcOptionsFor;
+using cuda::ParseArch;
 
 KernelSpec BaseSpec() {
   KernelSpec s;
@@ -104,11 +109,17 @@ TEST(CacheKey, KernelCacheKeyIsStableAndFollowsCompiler) {
 
 TEST(KernelSpec, Validation) {
   EXPECT_TRUE(ValidateSpec(BaseSpec()).ok());
+  // The arch is opaque to the spec ("gfx90a:xnack-" would do for a ROCm runtime); its spelling is the compiler's
+  // to check (below, and KernelCache.KeyChecksTheTarget).
   KernelSpec s = BaseSpec();
-  s.arch = "90";
-  absl::Status st = ValidateSpec(s);
-  EXPECT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("\"90\""), absl::string_view::npos) << st;
+  s.arch = "gfx90a:xnack-";
+  EXPECT_TRUE(ValidateSpec(s).ok());
+  for (const char* bad : {"", "sm 90", "sm_90\n", "sm_90/"}) {
+    s.arch = bad;
+    absl::Status st = ValidateSpec(s);
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_NE(st.message().find(absl::StrCat("\"", bad, "\"")), absl::string_view::npos) << st;
+  }
   s = BaseSpec();
   s.entry = "bad name";
   EXPECT_FALSE(ValidateSpec(s).ok());
@@ -127,6 +138,16 @@ TEST(KernelSpec, Validation) {
   EXPECT_NE(ParseArch("sm_080").status().message().find("\"sm_080\""), absl::string_view::npos);
 }
 
+TEST(KernelCache, KeyChecksTheTarget) {
+  KernelCache cache(
+      KernelCacheOptions{std::make_shared<FakeCompiler>(), DiskCacheOptions{"", false, nullptr}, nullptr});
+  KernelSpec s = BaseSpec();
+  s.arch = "sm_090";  // a spelling NVRTC (and the fake standing in for it) does not take
+  absl::StatusOr<std::string> key = cache.Key(s);
+  ASSERT_FALSE(key.ok());
+  EXPECT_NE(key.status().message().find("\"sm_090\""), absl::string_view::npos) << key.status();
+}
+
 TEST(KernelSources, Embedded) {
   absl::StatusOr<absl::string_view> t = KernelSource("blockwise8");
   ASSERT_TRUE(t.ok()) << t.status();
@@ -138,6 +159,21 @@ TEST(KernelSources, Embedded) {
   EXPECT_NE(missing.status().message().find("blockwise8"), absl::string_view::npos) << missing.status();
   const std::vector<std::string> names = KernelTemplateNames();
   EXPECT_NE(std::find(names.begin(), names.end(), "bnb_common"), names.end());
+}
+
+// Inline assembly lives in one header, each instruction behind a wrapper that names the architectures having it.
+TEST(KernelSources, InlineAsmOnlyInTheCompatHeader) {
+  for (const EmbeddedFile& f : KernelFiles()) {
+    const std::string text = f.text;
+    if (std::string(f.name) == "ptx_compat.cuh") {
+      EXPECT_NE(text.find("asm("), std::string::npos);
+      continue;
+    }
+    for (const char* a : {"asm(", "asm (", "asm volatile", "__asm"}) {
+      EXPECT_EQ(text.find(a), std::string::npos) << f.name << " holds inline assembly (" << a
+                                                 << "): wrap it in kernels/ptx_compat.cuh";
+    }
+  }
 }
 
 TEST(NvrtcOptions, CubinWhenKnownElsePtx) {
@@ -188,7 +224,7 @@ TEST(Blockwise8Spec, ArgsAndErrors) {
   }
   EXPECT_EQ(with_512, 2 * 3 * 8 + 2 * 3 * 8 + 3 * 8);
   DeviceInfo h100;
-  h100.sm_count = 132;
+  h100.multiprocessors = 132;
   // 1M bf16 at blocksize 64: 8 elements per thread, 8 threads per block, 32 blocks per 256-thread tile.
   EXPECT_EQ(Blockwise8Grid(1 << 20, 64, 256, core::DType::kBFloat16, h100, 8).x, (1u << 20) / 64 / 32);
   // Large inputs: as many CTAs as the multiprocessors hold at once, by the kernel's own occupancy.

@@ -16,10 +16,11 @@
 #include "bnb/core/blockwise8.h"
 #include "bnb/core/dtype.h"
 #include "bnb/jit/codebook4_host.h"
-#include "bnb/jit/compiler.h"
-#include "bnb/jit/cuda_api.h"
+#include "bnb/jit/cuda/nvrtc.h"
+#include "bnb/jit/cuda/nvrtc_compiler.h"
 #include "bnb/jit/kernel_sources.h"
 #include "bnb/tests/special_values.h"
+#include "bnb/tests/test_nvrtc.h"
 #include "gtest/gtest.h"
 
 namespace bnb::cb4 {
@@ -244,7 +245,7 @@ TEST(QuantizeModel, EqualsQuantizeBlockwise4Scalar) {
 // bit: static_asserts generated from core's values, compiled by NVRTC. (jit_codebook4_test checks the same header
 // as the host compiler evaluates it.) Skipped, with the reason, where libnvrtc cannot be opened.
 TEST(Nvrtc, TablesAsNvrtcComputesThemEqualCore) {
-  absl::StatusOr<const jit::Nvrtc*> nv = jit::GetNvrtc();
+  absl::StatusOr<const jit::cuda::Nvrtc*> nv = tests::TestNvrtc();
   if (!nv.ok()) GTEST_SKIP() << std::string(nv.status().message());
   std::string src = "#include \"codebook4.cuh\"\nusing namespace bnb::cb4;\n";
   for (core::Quant4 q : {core::Quant4::kNF4, core::Quant4::kFP4}) {
@@ -281,7 +282,7 @@ TEST(Nvrtc, TablesAsNvrtcComputesThemEqualCore) {
   spec.arch = "sm_90";
   std::vector<jit::SourceFile> headers;
   for (const jit::EmbeddedFile& f : jit::KernelFiles()) headers.push_back({f.name, f.text});
-  jit::NvrtcCompiler compiler;
+  jit::cuda::NvrtcCompiler compiler;
   absl::StatusOr<jit::Binary> b = compiler.Compile(spec, src, headers, *compiler.Options(spec));
   EXPECT_TRUE(b.ok()) << b.status() << "\n" << src;
 }

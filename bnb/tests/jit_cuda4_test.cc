@@ -16,9 +16,8 @@
 #include "bnb/core/blockwise8.h"
 #include "bnb/core/gemv4.h"
 #include "bnb/jit/blockwise4.h"
-#include "bnb/jit/cuda_api.h"
+#include "bnb/jit/cuda/driver.h"
 #include "bnb/jit/kernel_cache.h"
-#include "bnb/jit/launcher.h"
 #include "bnb/tests/core_kernel_test.h"
 #include "bnb/tests/cuda_device_test.h"
 #include "gtest/gtest.h"
@@ -28,6 +27,7 @@ namespace {
 
 using core::DType;
 using core::Quant4;
+using cuda::CUdeviceptr;
 
 constexpr DType kTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 

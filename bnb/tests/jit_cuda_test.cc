@@ -11,9 +11,8 @@
 #include "bnb/core/blockwise8.h"
 #include "bnb/core/codebook.h"
 #include "bnb/jit/blockwise8.h"
-#include "bnb/jit/cuda_api.h"
+#include "bnb/jit/cuda/driver.h"
 #include "bnb/jit/kernel_cache.h"
-#include "bnb/jit/launcher.h"
 #include "bnb/tests/cuda_device_test.h"
 #include "bnb/tests/special_values.h"
 #include "gtest/gtest.h"
@@ -22,6 +21,9 @@ namespace bnb::jit {
 namespace {
 
 using core::DType;
+using cuda::CudaDriver;
+using cuda::CUdeviceptr;
+using cuda::GetCudaDriver;
 
 using CudaTest = tests::CudaDeviceTest;
 

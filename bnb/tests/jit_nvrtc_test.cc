@@ -1,26 +1,30 @@
-// NVRTC compiles every kernel bnb instantiates, for sm_80 and sm_90 (NVRTC needs no GPU). Skipped, with the
-// reason, where libnvrtc cannot be opened. Prints the compile time per kernel.
+// NVRTC compiles every kernel the families register (kernel_registry.h), for sm_80 and sm_90 (NVRTC needs no
+// GPU). Skipped, with the reason, where libnvrtc cannot be opened. Prints the compile time per kernel.
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "bnb/core/blockwise4.h"
-#include "bnb/jit/all_kernels.h"
 #include "bnb/jit/blockwise4.h"
 #include "bnb/jit/blockwise8.h"
-#include "bnb/jit/compiler.h"
-#include "bnb/jit/cuda_api.h"
+#include "bnb/jit/cuda/nvrtc.h"
+#include "bnb/jit/cuda/nvrtc_compiler.h"
+#include "bnb/jit/kernel_registry.h"
 #include "bnb/jit/kernel_sources.h"
+#include "bnb/tests/test_nvrtc.h"
 #include "gtest/gtest.h"
 
 namespace bnb::jit {
 namespace {
+
+using cuda::GetNvrtc;
+using cuda::Nvrtc;
+using cuda::NvrtcCompiler;
 
 std::vector<SourceFile> Headers() {
   std::vector<SourceFile> h;
@@ -32,7 +36,7 @@ std::string SourceFor(const KernelSpec& s) { return "#include \"" + s.template_n
 
 #define SKIP_WITHOUT_NVRTC()                                         \
   do {                                                               \
-    absl::StatusOr<const Nvrtc*> nv = GetNvrtc();                    \
+    absl::StatusOr<const Nvrtc*> nv = tests::TestNvrtc();            \
     if (!nv.ok()) GTEST_SKIP() << std::string(nv.status().message()); \
   } while (0)
 
@@ -46,16 +50,6 @@ TEST(Nvrtc, VersionNamesTheLibrarySize) {
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(*v, "nvrtc " + std::to_string(nv.major) + "." + std::to_string(nv.minor) + " (" +
                     std::to_string(st.st_size) + " bytes)");
-}
-
-TEST(Nvrtc, EveryTemplateHasKernels) {
-  std::set<std::string> with_specs;
-  for (const KernelSpec& s : AllKernelSpecs("sm_90")) with_specs.insert(s.template_name);
-  const auto& headers = KernelHeaderOnlyFiles();
-  for (const std::string& name : KernelTemplateNames()) {
-    if (std::find(headers.begin(), headers.end(), name) != headers.end()) continue;
-    EXPECT_TRUE(with_specs.count(name)) << "kernels/" << name << ".cuh has no specs in AllKernelSpecs()";
-  }
 }
 
 TEST(Nvrtc, CompilesEveryKernelForSm80AndSm90) {

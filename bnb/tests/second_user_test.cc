@@ -14,7 +14,7 @@
 
 #include "bnb/core/config.h"
 #include "bnb/tests/captured_warnings.h"
-#include "bnb/jit/cuda_api.h"
+#include "bnb/jit/cuda/nvrtc.h"
 #include "bnb/jit/disk_cache.h"
 #include "gtest/gtest.h"
 
@@ -128,7 +128,7 @@ TEST_F(SecondUserTest, ConfigFilesTheyControlOrThatNameCodeAreRefused) {
   EXPECT_EQ(*core::Config::Global().GetInt("cpu.threads"), 2);
   EXPECT_EQ(*core::Config::Global().GetString("cuda.nvrtc_path"), "");
   EXPECT_EQ(Warned("bnb.toml:4: cuda.nvrtc_path is ignored: it names code to load"), 1) << AllWarnings();
-  absl::StatusOr<const jit::Nvrtc*> nvrtc = jit::GetNvrtc();
+  absl::StatusOr<const jit::cuda::Nvrtc*> nvrtc = jit::cuda::GetNvrtc();
   const std::string opened = nvrtc.ok() ? (*nvrtc)->path : std::string(nvrtc.status().message());
   EXPECT_EQ(opened.find(shared + "/evil"), std::string::npos) << opened;
 

@@ -7,8 +7,8 @@
 #   tools/gpu/cc_binaries.sh PREFIX GEN_DIR WORK_DIR
 #
 # The library is every bnb/core and bnb/jit source of tools/gpu/sources.txt (Bazel's list) plus the test-only
-# fake compiler and fuzz cases; each bnb/tests/*_test.cc, tools/bench/core_*_bench.cc and tools/fuzz/core_*_fuzz.cc
-# is one cc_test / cc_binary in its BUILD.bazel, with no sources beside it but headers.
+# fake compiler, fake runtime and fuzz cases; each bnb/tests/*_test.cc, tools/bench/core_*_bench.cc and
+# tools/fuzz/core_*_fuzz.cc is one cc_test / cc_binary in its BUILD.bazel, with no sources beside it but headers.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 prefix=$1 gen=$2 work=$3
@@ -27,7 +27,7 @@ version=$(sed -n 's/^BNB_VERSION = "\(.*\)"/\1/p' version.bzl)
 flags=(-O2 -std=c++17 -fPIC -falign-loops=64 -D_GLIBCXX_USE_CXX11_ABI=1 -DHWY_SHARED_DEFINE -DTOML_HEADER_ONLY=0
        -DTOML_SHARED_LIB=1 "-DBNB_VERSION=\"$version\"" -I. -I"$host" -I"$prefix/usr/include")
 lib_srcs=($(grep -E '^bnb/(core|jit)/.*\.cc$' tools/gpu/sources.txt))
-lib_srcs+=(bnb/jit/fake_compiler.cc tools/fuzz/core_fuzz.cc "$gen/kernels_embedded.cc")
+lib_srcs+=(bnb/jit/fake_compiler.cc bnb/jit/fake_runtime.cc tools/fuzz/core_fuzz.cc "$gen/kernels_embedded.cc")
 object() { echo "$obj/$(echo "$1" | tr / _).o"; }
 mains=(bnb/tests/*_test.cc tools/bench/core_*_bench.cc tools/fuzz/core_*_fuzz.cc)
 pids=()

@@ -21,6 +21,7 @@
 #include "bnb_common.cuh"
 #include "blockwise8.cuh"
 #include "codebook4.cuh"
+#include "ptx_compat.cuh"
 
 namespace bnb {
 namespace bw4 {
@@ -39,17 +40,6 @@ struct Shape {
   static_assert(G >= 1 && G <= THREADS && THREADS % G == 0 && PER % VEC == 0 && BYTES >= 4, "shape");
 };
 
-// Per-halfword unsigned max: one instruction on sm_90 (max.u16x2), two masked maxes before.
-__device__ __forceinline__ unsigned max_u16x2(unsigned a, unsigned b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  unsigned r;
-  asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-  return r;
-#else
-  return max(a & 0xFFFFu, b & 0xFFFFu) | max(a & 0xFFFF0000u, b & 0xFFFF0000u);
-#endif
-}
-
 // max |x| over 16-byte vectors, as raw magnitude bits of T (integer order is value order for magnitudes, and any
 // NaN is above inf; two halfwords at a time for 16-bit types), then as float bits: the absmax reduction runs on these.
 template <class T>
@@ -59,7 +49,7 @@ __device__ __forceinline__ unsigned abs_bits_acc(const Vec16& v, unsigned m) {
     for (int i = 0; i < 4; ++i) m = max(m, v.w[i] & 0x7FFFFFFFu);
   } else {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) m = max_u16x2(m, v.w[i] & 0x7FFF7FFFu);
+    for (int i = 0; i < 4; ++i) m = ptx::max_u16x2(m, v.w[i] & 0x7FFF7FFFu);
   }
   return m;
 }
@@ -137,13 +127,9 @@ __device__ __forceinline__ int a_slot(int c) {
 // B is read once: stream it past L1.
 __device__ __forceinline__ Vec16 load_stream(const void* p) {
   Vec16 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
-      : "l"(p));
+  ptx::ld_global_nc_no_allocate_v4(p, v.w);
   return v;
 }
-
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" : : "l"(p)); }
 
 }  // namespace bw4
 }  // namespace bnb
@@ -341,7 +327,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     if (32LL * lane < K) {
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
-        if (row0 + r < N) bw4::prefetch_l2(B + (((row0 + r) * K + 32LL * lane) >> 1));
+        if (row0 + r < N) ptx::prefetch_global_l2(B + (((row0 + r) * K + 32LL * lane) >> 1));
       }
     }
     for (long long k0 = 0; k0 < K; k0 += KT) {

@@ -2,6 +2,8 @@
 // bnb/core/dtype.h bit for bit, 16-byte vectors. Compiled by NVRTC with no CUDA headers (none are needed).
 #pragma once
 
+#include "ptx_compat.cuh"
+
 namespace bnb {
 
 // Storage types: the kernels read and write raw bits and convert with the functions below, so the results do not
@@ -31,18 +33,12 @@ __device__ __forceinline__ unsigned short float_to_bf16(float f) {
 }
 
 // IEEE binary16 widening (exact, subnormals included) by the hardware conversion.
-__device__ __forceinline__ float half_to_float(unsigned short h) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
-}
+__device__ __forceinline__ float half_to_float(unsigned short h) { return ptx::cvt_f32_f16(h); }
 // Round to nearest even (overflow to inf, subnormals kept), NaN -> sign | 0x7E00 (as bnb::core::FloatToHalf).
 __device__ __forceinline__ unsigned short float_to_half(float f) {
   const unsigned int b = __float_as_uint(f);
   if (is_nan_bits(b)) return (unsigned short)(((b >> 16) & 0x8000u) | 0x7E00u);
-  unsigned short h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return h;
+  return ptx::cvt_rn_f16_f32(f);
 }
 
 // Per-type loads and stores: VEC elements per 16-byte vector.

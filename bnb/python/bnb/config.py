@@ -58,7 +58,7 @@ def reload() -> None:
 
 
 def effective() -> list[dict[str, Any]]:
-    """Every knob: name, value, default, source, env, doc, shapes_code (part of compiled-kernel keys)."""
+    """Every knob: name, value, default, source, env, doc."""
     return _C.config_effective()
 
 

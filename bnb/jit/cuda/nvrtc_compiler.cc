@@ -1,12 +1,13 @@
-#include "bnb/jit/compiler.h"
+#include "bnb/jit/cuda/nvrtc_compiler.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "bnb/jit/cuda_api.h"
+#include "bnb/jit/cuda/arch.h"
+#include "bnb/jit/cuda/nvrtc.h"
 
-namespace bnb::jit {
+namespace bnb::jit::cuda {
 
 absl::StatusOr<std::vector<std::string>> NvrtcOptionsFor(const KernelSpec& spec, const std::vector<int>& archs,
                                                          int nvrtc_major, int nvrtc_minor) {
@@ -40,6 +41,8 @@ absl::StatusOr<std::string> NvrtcCompiler::Version() {
   // Part of every kernel's key: the library's size tells patch releases of one major.minor apart.
   return absl::StrCat("nvrtc ", (*nv)->major, ".", (*nv)->minor, " (", (*nv)->library_bytes, " bytes)");
 }
+
+absl::Status NvrtcCompiler::CheckTarget(const std::string& target) { return ParseArch(target).status(); }
 
 absl::StatusOr<std::vector<std::string>> NvrtcCompiler::Options(const KernelSpec& spec) {
   absl::StatusOr<const Nvrtc*> nv = GetNvrtc();
@@ -115,4 +118,4 @@ absl::StatusOr<Binary> NvrtcCompiler::Compile(const KernelSpec& spec, const std:
   return b;
 }
 
-}  // namespace bnb::jit
+}  // namespace bnb::jit::cuda

@@ -1,4 +1,4 @@
-#include "bnb/jit/launcher.h"
+#include "bnb/jit/cuda/runtime.h"
 
 #include <algorithm>
 #include <map>
@@ -6,12 +6,39 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "bnb/jit/cuda/arch.h"
 
-namespace bnb::jit {
+namespace bnb::jit::cuda {
+namespace {
 
-std::string DeviceInfo::ArchName() const { return absl::StrCat("sm_", arch); }
+// What a RuntimeModule* points at: the module and the context it lives in, which launches make current.
+struct Module {
+  CUmodule module = nullptr;
+  CUcontext context = nullptr;
+};
 
-absl::StatusOr<DeviceInfo> GetDeviceInfo(int device) {
+Module* AsModule(RuntimeModule* m) { return reinterpret_cast<Module*>(m); }
+CUfunction AsFunction(RuntimeFunction* f) { return reinterpret_cast<CUfunction>(f); }
+
+// Makes `ctx` current for its lifetime when it is not already, then restores the previous one.
+class ScopedContext {
+ public:
+  ScopedContext(const CudaDriver& d, CUcontext ctx) : d_(d) {
+    if (d_.cuCtxGetCurrent(&prev_) == 0 && prev_ != ctx && d_.cuCtxSetCurrent(ctx) == 0) switched_ = true;
+  }
+  ~ScopedContext() {
+    if (switched_) d_.cuCtxSetCurrent(prev_);
+  }
+
+ private:
+  const CudaDriver& d_;
+  CUcontext prev_ = nullptr;
+  bool switched_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<DeviceInfo> CudaRuntime::GetDeviceInfo(int device) {
   static std::mutex mu;
   static std::map<int, DeviceInfo>* cache = new std::map<int, DeviceInfo>;
   std::lock_guard<std::mutex> lock(mu);
@@ -32,14 +59,14 @@ absl::StatusOr<DeviceInfo> GetDeviceInfo(int device) {
   int major = 0, minor = 0;
   for (auto [attr, out] : {std::pair<int, int*>{kCuDevAttrComputeCapabilityMajor, &major},
                            {kCuDevAttrComputeCapabilityMinor, &minor},
-                           {kCuDevAttrMultiprocessorCount, &info.sm_count}}) {
+                           {kCuDevAttrMultiprocessorCount, &info.multiprocessors}}) {
     if (absl::Status st = CuCheck(d, d.cuDeviceGetAttribute(out, attr, dev),
                                   absl::StrCat("cuDeviceGetAttribute(", attr, ") on device ", device));
         !st.ok()) {
       return st;
     }
   }
-  info.arch = 10 * major + minor;
+  info.target = ArchName(10 * major + minor);
   (*cache)[device] = info;
   return info;
 }
@@ -51,7 +78,7 @@ absl::StatusOr<CUcontext> PrimaryContext(int device) {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = cache->find(device); it != cache->end()) return it->second;
   }
-  absl::StatusOr<DeviceInfo> info = GetDeviceInfo(device);  // validates the ordinal
+  absl::StatusOr<DeviceInfo> info = GetCudaRuntime().GetDeviceInfo(device);  // validates the ordinal
   if (!info.ok()) return info.status();
   const CudaDriver& d = **GetCudaDriver();
   CUdevice dev = 0;
@@ -68,61 +95,52 @@ absl::StatusOr<CUcontext> PrimaryContext(int device) {
   return ctx;
 }
 
-namespace {
-
-// Makes `ctx` current for its lifetime when it is not already, then restores the previous one.
-class ScopedContext {
- public:
-  ScopedContext(const CudaDriver& d, CUcontext ctx) : d_(d) {
-    if (d_.cuCtxGetCurrent(&prev_) == 0 && prev_ != ctx && d_.cuCtxSetCurrent(ctx) == 0) switched_ = true;
-  }
-  ~ScopedContext() {
-    if (switched_) d_.cuCtxSetCurrent(prev_);
-  }
-
- private:
-  const CudaDriver& d_;
-  CUcontext prev_ = nullptr;
-  bool switched_ = false;
-};
-
-}  // namespace
-
-absl::StatusOr<LoadedKernel> LoadKernel(const Binary& binary, int device) {
+absl::StatusOr<RuntimeModule*> CudaRuntime::LoadModule(absl::string_view image, int device) {
   absl::StatusOr<CUcontext> ctx = PrimaryContext(device);
   if (!ctx.ok()) return ctx.status();
   const CudaDriver& d = **GetCudaDriver();
   ScopedContext scope(d, *ctx);
-  LoadedKernel k;
-  k.context = *ctx;
-  k.device = device;
-  const char* kind = binary.kind == BinaryKind::kCubin ? "CUBIN" : "PTX";
-  if (absl::Status st = CuCheck(d, d.cuModuleLoadData(&k.module, binary.image.data()),
-                                absl::StrCat("cuModuleLoadData (", kind, ", ", binary.image.size(), " bytes, kernel ",
-                                             binary.lowered_name, ") on device ", device));
-      !st.ok()) {
+  auto* m = new Module;
+  m->context = *ctx;
+  // image.data() is a Binary's std::string: a PTX image keeps the terminating NUL the driver reads up to.
+  if (absl::Status st = CuCheck(d, d.cuModuleLoadData(&m->module, image.data()), "cuModuleLoadData"); !st.ok()) {
+    delete m;
     return st;
   }
-  if (absl::Status st = CuCheck(d, d.cuModuleGetFunction(&k.function, k.module, binary.lowered_name.c_str()),
-                                absl::StrCat("cuModuleGetFunction(", binary.lowered_name, ")"));
-      !st.ok()) {
-    d.cuModuleUnload(k.module);
-    return st;
-  }
-  return k;
+  return reinterpret_cast<RuntimeModule*>(m);
 }
 
-absl::StatusOr<int> ResidentCtasPerSm(const LoadedKernel& kernel, int threads) {
+void CudaRuntime::UnloadModule(RuntimeModule* module, int device) {
+  Module* m = AsModule(module);
+  const CudaDriver& d = **GetCudaDriver();  // a module was loaded: the driver is open
+  ScopedContext scope(d, m->context);
+  d.cuModuleUnload(m->module);
+  delete m;
+}
+
+absl::StatusOr<RuntimeFunction*> CudaRuntime::GetFunction(RuntimeModule* module, int device,
+                                                          const std::string& name) {
+  const CudaDriver& d = **GetCudaDriver();
+  CUfunction f = nullptr;
+  if (absl::Status st = CuCheck(d, d.cuModuleGetFunction(&f, AsModule(module)->module, name.c_str()),
+                                absl::StrCat("cuModuleGetFunction(", name, ")"));
+      !st.ok()) {
+    return st;
+  }
+  return reinterpret_cast<RuntimeFunction*>(f);
+}
+
+absl::StatusOr<int> CudaRuntime::ResidentCtasPerSm(const LoadedKernel& kernel, int threads) {
   static std::mutex mu;
-  static auto* cache = new std::map<std::pair<CUfunction, int>, int>;
+  static auto* cache = new std::map<std::pair<RuntimeFunction*, int>, int>;
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache->find({kernel.function, threads}); it != cache->end()) return it->second;
   absl::StatusOr<const CudaDriver*> ds = GetCudaDriver();
   if (!ds.ok()) return ds.status();
   const CudaDriver& d = **ds;
-  ScopedContext scope(d, kernel.context);
+  ScopedContext scope(d, AsModule(kernel.module)->context);
   int blocks = 0;
-  const CUresult r = d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel.function, threads, 0);
+  const CUresult r = d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, AsFunction(kernel.function), threads, 0);
   if (absl::Status st = CuCheck(d, r, absl::StrCat("cuOccupancyMaxActiveBlocksPerMultiprocessor(block ", threads,
                                                    ") on device ", kernel.device));
       !st.ok()) {
@@ -133,17 +151,24 @@ absl::StatusOr<int> ResidentCtasPerSm(const LoadedKernel& kernel, int threads) {
   return blocks;
 }
 
-absl::Status LaunchKernel(const LoadedKernel& kernel, Dim3 grid, Dim3 block, unsigned shared_bytes, void* stream,
-                          void** args) {
+absl::Status CudaRuntime::Launch(const LoadedKernel& kernel, Dim3 grid, Dim3 block, unsigned shared_bytes,
+                                 void* stream, const KernelArgs& args) {
   absl::StatusOr<const CudaDriver*> ds = GetCudaDriver();
   if (!ds.ok()) return ds.status();
   const CudaDriver& d = **ds;
-  ScopedContext scope(d, kernel.context);
+  ScopedContext scope(d, AsModule(kernel.module)->context);
+  // The driver reads each parameter's size from the kernel itself; args.sizes serve runtimes and tests that
+  // copy the values.
   return CuCheck(d,
-                 d.cuLaunchKernel(kernel.function, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes,
-                                  static_cast<CUstream>(stream), args, nullptr),
+                 d.cuLaunchKernel(AsFunction(kernel.function), grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                  shared_bytes, static_cast<CUstream>(stream), args.values, nullptr),
                  absl::StrCat("cuLaunchKernel(grid ", grid.x, "x", grid.y, "x", grid.z, ", block ", block.x, "x",
                               block.y, "x", block.z, ", shared ", shared_bytes, " bytes) on device ", kernel.device));
 }
 
-}  // namespace bnb::jit
+CudaRuntime& GetCudaRuntime() {
+  static CudaRuntime* const runtime = new CudaRuntime;
+  return *runtime;
+}
+
+}  // namespace bnb::jit::cuda

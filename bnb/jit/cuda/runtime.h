@@ -1,0 +1,36 @@
+// The CUDA runtime behind bnb/jit's GPU-runtime seam (runtime.h), on the driver API (driver.h): modules load into
+// a device's primary context (the one torch uses), launches go to the stream the caller names.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "bnb/jit/cuda/driver.h"
+#include "bnb/jit/runtime.h"
+
+namespace bnb::jit::cuda {
+
+class CudaRuntime : public Runtime {
+ public:
+  const char* Name() const override { return "CUDA"; }
+  // Target "sm_XX" from the compute capability; cached per device.
+  absl::StatusOr<DeviceInfo> GetDeviceInfo(int device) override;
+  // cuModuleLoadData in the device's primary context.
+  absl::StatusOr<RuntimeModule*> LoadModule(absl::string_view image, int device) override;
+  void UnloadModule(RuntimeModule* module, int device) override;
+  absl::StatusOr<RuntimeFunction*> GetFunction(RuntimeModule* module, int device, const std::string& name) override;
+  // cuOccupancyMaxActiveBlocksPerMultiprocessor; cached per kernel and block size.
+  absl::StatusOr<int> ResidentCtasPerSm(const LoadedKernel& kernel, int threads) override;
+  // cuLaunchKernel, with the kernel's context made current for the call when another one is.
+  absl::Status Launch(const LoadedKernel& kernel, Dim3 grid, Dim3 block, unsigned shared_bytes, void* stream,
+                      const KernelArgs& args) override;
+};
+
+// The process's CudaRuntime (its caches are per process, as the driver's state is).
+CudaRuntime& GetCudaRuntime();
+
+// The primary context of `device`, retained once per process (torch uses the same one).
+absl::StatusOr<CUcontext> PrimaryContext(int device);
+
+}  // namespace bnb::jit::cuda

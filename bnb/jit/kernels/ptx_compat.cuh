@@ -1,0 +1,54 @@
+// Every inline-assembly (PTX) instruction the kernels use, each behind a wrapper that says what it does and which
+// architectures have it; the kernels call these and hold no asm of their own. A port to another GPU (a ROCm build)
+// replaces the bodies here, or falls back to the portable code some wrappers already carry.
+//
+// "Every target" below means every architecture NVRTC 13 compiles for (sm_75 on); NVRTC 12 also reaches older
+// ones, where the exceptions noted apply.
+#pragma once
+
+namespace bnb {
+namespace ptx {
+
+// cvt.f32.f16: IEEE binary16 bits to float, exact (subnormals included). Every target.
+__device__ __forceinline__ float cvt_f32_f16(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+// cvt.rn.f16.f32: float to binary16 bits, round to nearest even, overflow to inf, subnormals kept; a NaN becomes
+// a NaN of the hardware's choosing (callers that promise a particular NaN handle NaN first). Every target.
+__device__ __forceinline__ unsigned short cvt_rn_f16_f32(float f) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+
+// max.u16x2: the unsigned max of each 16-bit half of a and b. One instruction from sm_90 on; earlier targets lack
+// it and take two masked 32-bit maxes, which give the same result.
+__device__ __forceinline__ unsigned max_u16x2(unsigned a, unsigned b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned r;
+  asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+#else
+  return max(a & 0xFFFFu, b & 0xFFFFu) | max(a & 0xFFFF0000u, b & 0xFFFF0000u);
+#endif
+}
+
+// ld.global.nc.L1::no_allocate.v4.u32: one 16-byte load from global memory that no thread writes during the
+// kernel (the non-coherent path), not kept in L1: for data read once. p must be 16-byte aligned. sm_70 and later
+// (the L1 eviction hint): every target.
+__device__ __forceinline__ void ld_global_nc_no_allocate_v4(const void* p, unsigned (&w)[4]) {
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+      : "l"(p));
+}
+
+// prefetch.global.L2: starts bringing the line holding p into L2 without waiting for it. Every target.
+__device__ __forceinline__ void prefetch_global_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" : : "l"(p));
+}
+
+}  // namespace ptx
+}  // namespace bnb
