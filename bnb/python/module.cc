@@ -11,9 +11,9 @@
 #include "bnb/core/config.h"
 #include "bnb/core/cpu_isa.h"
 #include "bnb/core/cpu_settings.h"
-#include "bnb/jit/all_kernels.h"
-#include "bnb/jit/cuda_api.h"
+#include "bnb/jit/cuda/nvrtc.h"
 #include "bnb/jit/kernel_cache.h"
+#include "bnb/jit/kernel_registry.h"
 #include "bnb/ops/common/negative_views.h"
 
 namespace py = pybind11;
@@ -138,7 +138,7 @@ PYBIND11_MODULE(_C, m) {
   }, "(name, bytes, mtime) of every file in the disk cache.");
   m.def("cache_clear", [] { return Unwrap(bnb::jit::KernelCache::Global().ClearDisk()); },
         "Removes every cached kernel file; returns how many.");
-  m.def("set_fallback_nvrtc_path", &bnb::jit::SetFallbackNvrtcPath,
+  m.def("set_fallback_nvrtc_path", &bnb::jit::cuda::SetFallbackNvrtcPath,
         "Where to look for NVRTC when the cuda.nvrtc_path knob is empty (the nvidia-cuda-nvrtc wheel's copy).");
   m.def("cache_warm", [](const std::string& arch, py::object progress) {
     // The threads knob shapes the ops' kernels: warm the ones a run with this configuration loads.
