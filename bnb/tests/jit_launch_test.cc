@@ -15,6 +15,7 @@
 #include "bnb/jit/blockwise8.h"
 #include "bnb/jit/fake_compiler.h"
 #include "bnb/jit/fake_runtime.h"
+#include "bnb/jit/int8.h"
 #include "bnb/jit/kernel_cache.h"
 #include "bnb/jit/kernel_sources.h"
 #include "bnb/jit/launch.h"
@@ -255,6 +256,50 @@ TEST_F(FakeDeviceTest, Gemv4) {
   EXPECT_EQ(l[0].Arg<long long>(5), 100);
   EXPECT_EQ(l[0].Arg<long long>(6), 4096);
   EXPECT_EQ(l[0].Arg<int>(7), 6);  // log2 of the blocksize
+}
+
+TEST_F(FakeDeviceTest, Int8Passes) {
+  void* stream = Fake<void>(0x5);
+  ASSERT_TRUE(LaunchInt8QuantizeRows(cache_, 0, DType::kFloat16, Fake<const void>(0x100), 300, 4096, 6.0f,
+                                     Fake<int8_t>(0x200), Fake<float>(0x300), Fake<uint8_t>(0x400), stream)
+                  .ok());
+  ASSERT_TRUE(LaunchInt8QuantizeColumns(cache_, 0, DType::kBFloat16, Fake<const void>(0x100), 300, 4096, 0.0f,
+                                        Fake<float>(0x500), Fake<int8_t>(0x600), stream)
+                  .ok());
+  ASSERT_TRUE(LaunchInt8DequantizeRows(cache_, 0, Fake<const int8_t>(0x700), Fake<const float>(0x800), 300, 64,
+                                       Fake<float>(0x900), stream, 512)
+                  .ok());
+  ASSERT_TRUE(LaunchInt8DequantizeProduct(cache_, 0, Fake<const int32_t>(0xA00), Fake<const float>(0xB00),
+                                          Fake<const float>(0xC00), DType::kFloat16, nullptr, 17, 96,
+                                          DType::kBFloat16, Fake<void>(0xD00), stream)
+                  .ok());
+  const std::vector<FakeRuntime::Launched> l = runtime_.launches();
+  ASSERT_EQ(l.size(), 5u);
+  ExpectArgumentsFitTheKernel(l[0], "int8", "int8_quantize_rows");
+  EXPECT_NE(l[0].image.find("int8_quantize_rows<T=bnb::half, THREADS=256>"), std::string::npos) << l[0].image;
+  EXPECT_EQ(l[0].grid.x, 300u);  // a CTA per row
+  EXPECT_EQ(l[0].Arg<long long>(1), 300);
+  EXPECT_EQ(l[0].Arg<long long>(2), 4096);
+  EXPECT_EQ(l[0].Arg<float>(3), 6.0f);
+  EXPECT_EQ(l[0].Arg<uint8_t*>(6), Fake<uint8_t>(0x400));
+  ExpectArgumentsFitTheKernel(l[1], "int8", "int8_column_absmax");
+  // Columns across CTAs, rows in chunks: every (column, row) pair is covered once.
+  const long long rows_per_cta = l[1].Arg<long long>(4);
+  EXPECT_EQ(l[1].grid.x * 256u, 4096u);
+  EXPECT_GE(l[1].grid.y * rows_per_cta, 300);
+  EXPECT_LT((l[1].grid.y - 1) * rows_per_cta, 300);
+  ExpectArgumentsFitTheKernel(l[2], "int8", "int8_quantize_columns");
+  EXPECT_EQ(l[2].Arg<const float*>(4), Fake<const float>(0x500));
+  EXPECT_EQ(l[2].Arg<long long>(1), 300 * 4096);
+  ExpectArgumentsFitTheKernel(l[3], "int8", "int8_dequantize_rows");
+  EXPECT_EQ(l[3].block.x, 512u);
+  EXPECT_EQ(l[3].Arg<long long>(2), 300 * 64);
+  EXPECT_EQ(l[3].Arg<long long>(3), 64);
+  ExpectArgumentsFitTheKernel(l[4], "int8", "int8_dequantize_product");
+  EXPECT_NE(l[4].image.find("int8_dequantize_product<T=bnb::bf16, B=bnb::half, THREADS=256>"), std::string::npos);
+  EXPECT_EQ(l[4].Arg<const void*>(3), nullptr);
+  EXPECT_EQ(l[4].Arg<long long>(4), 17 * 96);
+  EXPECT_EQ(l[4].Arg<long long>(5), 96);
 }
 
 TEST_F(FakeDeviceTest, NothingToDoLaunchesNothing) {

@@ -2,13 +2,13 @@
 // warm and the NVRTC test cover it), and every registered spec names a kernel that exists.
 #include "bnb/jit/kernel_registry.h"
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "bnb/jit/blockwise4.h"
 #include "bnb/jit/blockwise8.h"
 #include "bnb/jit/kernel_sources.h"
 #include "gtest/gtest.h"
@@ -39,18 +39,29 @@ std::set<std::string> GlobalFunctions(const std::string& text) {
   return names;
 }
 
+// Each template that defines kernels is one family, registered under the template's name, by name.
 TEST(KernelRegistry, FamiliesRegisterThemselves) {
-  std::vector<std::string> names;
+  std::vector<std::string> names, templates;
   for (const KernelFamily& f : KernelFamilies()) names.push_back(f.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"blockwise4", "blockwise8"}));
+  for (const std::string& t : KernelTemplateNames()) {
+    if (!GlobalFunctions(std::string(*KernelSource(t))).empty()) templates.push_back(t);
+  }
+  std::sort(templates.begin(), templates.end());
+  EXPECT_EQ(names, templates);
+  EXPECT_GE(names.size(), 3u);  // blockwise4, blockwise8, int8 at least
 }
 
 TEST(KernelRegistry, AllSpecsAreEveryFamilysWithTheThreadsGiven) {
   std::vector<std::string> want, got;
-  for (const KernelSpec& s : AllBlockwise4Specs("sm_80", 128)) want.push_back(s.DebugString());
-  for (const KernelSpec& s : AllBlockwise8Specs("sm_80", 128)) want.push_back(s.DebugString());
+  for (const KernelFamily& f : KernelFamilies()) {
+    for (const KernelSpec& s : f.specs("sm_80", 128)) want.push_back(s.DebugString());
+  }
   for (const KernelSpec& s : AllKernelSpecs("sm_80", 128)) got.push_back(s.DebugString());
   EXPECT_EQ(got, want);
+  // The family functions are the ones the family files define.
+  std::vector<std::string> blockwise8;
+  for (const KernelSpec& s : AllBlockwise8Specs("sm_80", 128)) blockwise8.push_back(s.DebugString());
+  EXPECT_TRUE(std::search(got.begin(), got.end(), blockwise8.begin(), blockwise8.end()) != got.end());
 }
 
 TEST(KernelRegistry, GlobalFunctionsParse) {

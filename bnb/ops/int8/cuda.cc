@@ -1,60 +1,57 @@
-// The LLM.int8() ops on CUDA, by ATen's CUDA kernels following the definition step by step (reference/int8.py);
-// the int8 product by at::_int_mm (cuBLASLt) where its shape rules allow, else exactly in float64.
+// The LLM.int8() ops on CUDA: bnb/jit's NVRTC templates (kernels/int8.cuh) for the quantize, dequantize and epilogue
+// passes, on torch's current stream; the int8 product by at::_int_mm (cuBLASLt) where its shape rules allow, else
+// exactly in float64.
 #include <c10/core/DeviceGuard.h>
 
-#include "bnb/core/int8.h"
+#include "bnb/jit/int8.h"
+#include "bnb/jit/kernel_cache.h"
+#include "bnb/ops/common/cuda_launch.h"
 #include "bnb/ops/int8/ops.h"
 
 namespace bnb::ops::int8 {
 namespace {
 
-// round-half-even(scaled) clamped to [-127, 127], 0 in rows (or columns) whose absmax is 0 or not finite.
-at::Tensor Codes(const at::Tensor& scaled, const at::Tensor& absmax) {
-  const at::Tensor usable = at::isfinite(absmax) & (absmax > 0);
-  return at::where(usable, at::round(scaled).clamp(-127, 127), at::zeros({}, scaled.options())).to(at::kChar);
-}
-
-// x (float32 [rows, K]) with its outliers as 0, and their mask (undefined for threshold 0).
-std::pair<at::Tensor, at::Tensor> WithoutOutliers(const at::Tensor& x, float t) {
-  if (!(t > 0.0f)) return {x, at::Tensor()};
-  const at::Tensor mask = x.abs() >= at::scalar_tensor(t, x.options());
-  return {x.masked_fill(mask, 0.0), mask};
-}
-
 struct Cuda {
   static constexpr bool kIsMeta = false;
 
-  static c10::optional<at::Tensor> QuantizeRows(const char*, const at::Tensor& A, double threshold,
+  static c10::optional<at::Tensor> QuantizeRows(const char* op, const at::Tensor& A, double threshold,
                                                 at::Tensor& codes, at::Tensor& stats) {
     const c10::DeviceGuard guard(A.device());
+    const core::DType dtype = FloatDType(op, "A", A.scalar_type());
+    const at::Tensor x = A.contiguous();
+    const int64_t K = A.size(-1);
     const float t = static_cast<float>(threshold);
-    const auto [x, mask] = WithoutOutliers(Rows(A).to(at::kFloat), t);
-    const at::Tensor absmax = x.abs().amax(1);
-    at::Tensor q = Codes(x * (at::full_like(absmax, 127.0) / absmax).unsqueeze(1), absmax.unsqueeze(1));
-    stats.copy_(absmax);
-    if (!mask.defined()) {
-      codes.view_as(q).copy_(q);
-      return c10::nullopt;
-    }
-    const at::Tensor cols = mask.any(0).nonzero().view({-1});
-    q.index_fill_(1, cols, 0);
-    codes.view_as(q).copy_(q);
+    at::Tensor flags = at::zeros({K}, A.options().dtype(at::kByte));
+    ThrowIfLaunchFailed(op, jit::LaunchInt8QuantizeRows(jit::KernelCache::Global(), A.get_device(), dtype,
+                                                        x.data_ptr(), stats.numel(), K, t, codes.data_ptr<int8_t>(),
+                                                        stats.data_ptr<float>(), flags.data_ptr<uint8_t>(),
+                                                        CurrentCudaStream(A), CudaThreadsPerBlock(op)));
+    if (!(t > 0.0f)) return c10::nullopt;
+    const at::Tensor cols = flags.nonzero().view({-1});  // ascending
+    Rows(codes).index_fill_(1, cols, 0);                  // every code of an outlier column is 0
     return cols;
   }
 
-  static void QuantizeColumns(const char*, const at::Tensor& A, double threshold, at::Tensor& col_codes,
+  static void QuantizeColumns(const char* op, const at::Tensor& A, double threshold, at::Tensor& col_codes,
                               at::Tensor& col_stats) {
     const c10::DeviceGuard guard(A.device());
-    const at::Tensor x = WithoutOutliers(Rows(A).to(at::kFloat), static_cast<float>(threshold)).first;
-    const at::Tensor absmax = x.abs().amax(0);
-    col_stats.copy_(absmax);
-    col_codes.view_as(x).copy_(Codes((x * 127.0) / absmax, absmax));
+    const core::DType dtype = FloatDType(op, "A", A.scalar_type());
+    const at::Tensor x = A.contiguous();
+    col_stats.zero_();  // the column maxima start at 0 (their bits, merged by atomicMax)
+    ThrowIfLaunchFailed(op, jit::LaunchInt8QuantizeColumns(jit::KernelCache::Global(), A.get_device(), dtype,
+                                                           x.data_ptr(), NumRows(A), A.size(-1),
+                                                           static_cast<float>(threshold), col_stats.data_ptr<float>(),
+                                                           col_codes.data_ptr<int8_t>(), CurrentCudaStream(A),
+                                                           CudaThreadsPerBlock(op)));
   }
 
-  static void DequantizeRows(const char*, const at::Tensor& A, const at::Tensor& stats, at::Tensor& out) {
+  static void DequantizeRows(const char* op, const at::Tensor& A, const at::Tensor& stats, at::Tensor& out) {
     const c10::DeviceGuard guard(A.device());
-    const at::Tensor rows = Rows(A).to(at::kFloat);
-    out.view_as(rows).copy_((rows * stats.reshape({-1, 1})) * core::kInv127);
+    const at::Tensor a = A.contiguous(), s = stats.contiguous();
+    ThrowIfLaunchFailed(op, jit::LaunchInt8DequantizeRows(jit::KernelCache::Global(), A.get_device(),
+                                                          a.data_ptr<int8_t>(), s.data_ptr<float>(), NumRows(a),
+                                                          a.size(-1), out.data_ptr<float>(), CurrentCudaStream(A),
+                                                          CudaThreadsPerBlock(op)));
   }
 
   static void Matmul(const char*, const at::Tensor& A, const at::Tensor& B, at::Tensor& out) {
@@ -67,14 +64,19 @@ struct Cuda {
     }
   }
 
-  static void DequantizeProduct(const char*, const at::Tensor& A, const at::Tensor& row_stats,
+  static void DequantizeProduct(const char* op, const at::Tensor& A, const at::Tensor& row_stats,
                                 const at::Tensor& col_stats, const c10::optional<at::Tensor>& bias,
                                 at::Tensor& out) {
     const c10::DeviceGuard guard(A.device());
-    at::Tensor v = (A.to(at::kFloat) * (row_stats.reshape({-1, 1}) * col_stats.reshape({1, -1}))) *
-                   core::kInv127Squared;
-    if (bias.has_value()) v = v + bias->to(at::kFloat);
-    out.copy_(v);
+    const core::DType out_type = FloatDType(op, "dtype", out.scalar_type());
+    const at::Tensor a = A.contiguous(), rs = row_stats.contiguous(), cs = col_stats.contiguous();
+    const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
+    const core::DType bias_type = b.defined() ? FloatDType(op, "bias", b.scalar_type()) : core::DType::kFloat32;
+    ThrowIfLaunchFailed(op, jit::LaunchInt8DequantizeProduct(
+                                jit::KernelCache::Global(), A.get_device(), a.data_ptr<int32_t>(),
+                                rs.data_ptr<float>(), cs.data_ptr<float>(), bias_type,
+                                b.defined() ? b.data_ptr() : nullptr, NumRows(a), a.size(-1), out_type,
+                                out.data_ptr(), CurrentCudaStream(A), CudaThreadsPerBlock(op)));
   }
 };
 
