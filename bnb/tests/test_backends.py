@@ -1,0 +1,91 @@
+"""Backends that load themselves at `import bnb` (bnb.backends): an installed distribution's entry point in the group
+"bnb.backends". Each case is a fresh Python process whose sys.path holds a fake installed distribution (a dist-info
+folder with entry_points.txt) beside the backend's module."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+def install(site, dist: str, entry_points: dict[str, str], modules: dict[str, str]) -> None:
+    """A distribution `dist` as pip leaves one in site-packages: its modules and a dist-info with the entry points."""
+    info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[bnb.backends]\n" + "".join(f"{k} = {v}\n" for k, v in
+                                                                         entry_points.items()))
+    for name, source in modules.items():
+        (site / f"{name}.py").write_text(textwrap.dedent(source))
+
+
+def run_python(site, code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site)] + sys.path))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env)
+
+
+# A Python backend: a kernel for bnb::quantize_blockwise on PrivateUse1, and a note that load() ran.
+GOOD = """
+import torch
+LOADS = []
+_lib = None
+
+def load():
+    global _lib
+    LOADS.append(1)
+    _lib = torch.library.Library("bnb", "IMPL")
+    _lib.impl("quantize_blockwise", lambda A, code, blocksize: (A, code), "PrivateUse1")
+"""
+
+
+def test_an_installed_backend_loads_at_import_bnb(tmp_path):
+    install(tmp_path, "good-backend", {"good": "good_backend:load"}, {"good_backend": GOOD})
+    run = run_python(tmp_path, """
+        import json, bnb, good_backend, torch
+        print(json.dumps({"loads": len(good_backend.LOADS),
+                          "served": torch._C._dispatch_dump_table("bnb::quantize_blockwise"),
+                          "backends": [(b.name, b.value, b.dist, b.error) for b in bnb.backends.backends()]}))
+    """)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    got = json.loads(run.stdout)
+    assert got["loads"] == 1
+    assert re.search(r"\nPrivateUse1: registered at .*/good_backend\.py:\d+ \[kernel\]", got["served"]), got["served"]
+    assert got["backends"] == [["good", "good_backend:load", "good-backend 1.0", None]]
+
+
+def test_a_broken_backend_is_named_in_a_warning_and_import_bnb_still_works(tmp_path):
+    install(tmp_path, "good-backend", {"good": "good_backend:load"}, {"good_backend": GOOD})
+    install(tmp_path, "vendor-npu", {"npu": "vendor_npu:load"}, {"vendor_npu": """
+        def load():
+            raise OSError("libnpu_driver.so.3: cannot open shared object file")
+    """})
+    install(tmp_path, "gone", {"gone": "no_such_module:load"}, {})
+    run = run_python(tmp_path, """
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import bnb
+        for w in caught:
+            print(w.category.__name__, w.message)
+        import torch
+        q, _ = torch.ops.bnb.quantize_blockwise(torch.randn(256), bnb.functional.create_dynamic_map(), 64)
+        print("cpu op ok", q.shape[0])
+        try:
+            bnb.backends.raise_if_failed()
+        except RuntimeError as e:
+            print("raised", e)
+    """)
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    assert ("BackendWarning bnb: backend 'npu' (vendor_npu:load, from vendor-npu 1.0) failed to load and is not "
+            "used: OSError: libnpu_driver.so.3: cannot open shared object file (at ") in out, out
+    assert ("BackendWarning bnb: backend 'gone' (no_such_module:load, from gone 1.0) failed to load and is not "
+            "used: ModuleNotFoundError: No module named 'no_such_module'") in out, out
+    assert out.count("BackendWarning") == 2  # the good one loaded
+    assert "cpu op ok 256" in out
+    assert "raised bnb: backend 'gone' (no_such_module:load, from gone 1.0) failed to load: " in out
+    assert "; backend 'npu' (vendor_npu:load, from vendor-npu 1.0) failed to load: OSError" in out
