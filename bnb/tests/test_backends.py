@@ -89,3 +89,16 @@ def test_a_broken_backend_is_named_in_a_warning_and_import_bnb_still_works(tmp_p
     assert "cpu op ok 256" in out
     assert "raised bnb: backend 'gone' (no_such_module:load, from gone 1.0) failed to load: " in out
     assert "; backend 'npu' (vendor_npu:load, from vendor-npu 1.0) failed to load: OSError" in out
+
+
+def test_dispatch_lists_each_backend_and_how_its_load_went(tmp_path):
+    install(tmp_path, "good-backend", {"good": "good_backend:load"}, {"good_backend": GOOD})
+    install(tmp_path, "gone", {"gone": "no_such_module:load"}, {})
+    run = run_python(tmp_path, "import sys, bnb.__main__; sys.exit(bnb.__main__.main(['dispatch', "
+                               "'quantize_blockwise']))")
+    assert run.returncode == 0, run.stderr
+    first = run.stdout.splitlines()[0]
+    assert ("installed backends (bnb.backends): gone (no_such_module:load, gone 1.0): FAILED, ModuleNotFoundError: "
+            "No module named 'no_such_module'") in first, first
+    assert "; good (good_backend:load, good-backend 1.0): loaded" in first, first
+    assert "  PrivateUse1                a Python kernel (torch.library)" in run.stdout, run.stdout
