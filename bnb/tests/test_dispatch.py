@@ -136,3 +136,16 @@ def test_cli_names_an_unknown_op_in_one_line():
     run = run_bnb("gemv")
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.startswith("bnb: no bnb op 'gemv'; the dispatcher has: dequantize_4bit,"), run.stderr
+
+
+def test_trace_goes_on_through_numbers_passed_as_tensors():
+    # bitwise_and.Scalar's kernel calls bitwise_and.Tensor with a wrapped number, which reaches Python as an int.
+    b = torch.arange(200, dtype=torch.uint8)
+    x = torch.arange(6, dtype=torch.float64) / 3
+    mode = KernelTrace()
+    with mode:
+        got = [b & 0xF, torch.arange(4) * 0.1, x * 0.1]
+    assert [(s.op, s.note) for s in mode.steps if s.op == "aten::bitwise_and.Tensor"] == [
+        ("aten::bitwise_and.Tensor", "a number passed as a 0-dim tensor")]
+    for g, w in zip(got, [b & 0xF, torch.arange(4) * 0.1, x * 0.1]):  # dtypes and values as without the trace
+        assert g.dtype == w.dtype and torch.equal(g, w)

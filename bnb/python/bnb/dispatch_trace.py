@@ -4,7 +4,12 @@ A TorchDispatchMode sees every op that reaches the Python dispatch key. For each
 the dispatcher would pick below that key (from the arguments' key sets, skipping keys whose entry falls through),
 records that key's entry in the op's dispatch table, and calls exactly that kernel (OpOverload.redispatch) with the
 mode still active, so the ops the kernel calls are traced too, nested under it. What the dispatcher runs above the
-Python key for the traced call itself (the autograd layer) is read from the table the same way."""
+Python key for the traced call itself (the autograd layer) is read from the table the same way.
+
+One approximation: a C++ kernel may pass a number where an op takes a Tensor (a "wrapped number", as the .Scalar
+overloads do); torch hands it to Python as a number, which OpOverload.redispatch does not take, so the trace passes it
+on as a 0-dimensional tensor of the dtype type promotion would give the number (which can differ from the wrapped
+number's only where every operand is 0-dimensional) and notes it."""
 
 from __future__ import annotations
 
@@ -51,12 +56,38 @@ def _first_kernel(table: dict[str, str], ks: DispatchKeySet, stop: DispatchKeySe
         ks = ks.remove(key)
 
 
-def _takes_numbers_as_tensors(func, args, kwargs) -> bool:
-    """Whether a Tensor argument arrived as a Python number: a wrapped number, which torch unwraps on its way to
-    Python and OpOverload.redispatch does not take back."""
-    schema = func._schema.arguments
-    values = list(zip(schema, args)) + [(a, kwargs[a.name]) for a in schema if a.name in kwargs]
-    return any(isinstance(a.type, torch._C.TensorType) and isinstance(v, numbers.Number) for a, v in values)
+def _number_dtype(v: numbers.Number, tensors: list[torch.Tensor]) -> torch.dtype:
+    """The dtype a wrapped number v promotes as: its category's default, or float64/complex128 beside a float64 or
+    complex128 tensor (so its value stays that precise)."""
+    wide = any(t.dtype in (torch.float64, torch.complex128) for t in tensors)
+    if isinstance(v, bool):
+        return torch.bool
+    if isinstance(v, numbers.Integral):
+        return torch.int64
+    if isinstance(v, numbers.Real):
+        return torch.float64 if wide else torch.get_default_dtype()
+    return torch.complex128 if wide else torch.complex64
+
+
+def _numbers_as_tensors(func, args, kwargs):
+    """args and kwargs with each number in a Tensor argument made a 0-dim CPU tensor (see the module doc); None when
+    there is none."""
+    args, kwargs = list(args), dict(kwargs)
+    tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    found = False
+    for i, a in enumerate(func._schema.arguments):
+        positional = i < len(args)
+        if not positional and a.name not in kwargs:
+            continue
+        v = args[i] if positional else kwargs[a.name]
+        if isinstance(a.type, torch._C.TensorType) and isinstance(v, numbers.Number):
+            t = torch.tensor(v, dtype=_number_dtype(v, tensors))
+            if positional:
+                args[i] = t
+            else:
+                kwargs[a.name] = t
+            found = True
+    return (tuple(args), kwargs) if found else None
 
 
 class KernelTrace(TorchDispatchMode):
@@ -69,16 +100,24 @@ class KernelTrace(TorchDispatchMode):
         kwargs = kwargs or {}
         name = func.name()
         table = computed_table(name)
+        converted = _numbers_as_tensors(func, args, kwargs)
+        if converted is not None:
+            args, kwargs = converted
         key, ks = _first_kernel(table, _keyset(args, kwargs) & _BELOW_PYTHON)
-        if key is None or _takes_numbers_as_tensors(func, args, kwargs):
-            self.steps.append(Step(self._depth, name, key.name if key else "", classify(table.get(key.name) if key
-                                                                                          else None),
-                                   "its own calls not traced"))
-            return func(*args, **kwargs)  # the mode is off inside: a plain call
-        step = Step(self._depth, name, key.name, classify(table.get(key.name)))
-        if key == DispatchKey.BackendSelect and isinstance(kwargs.get("device"), torch.device):
-            # A factory op: BackendSelect hands it straight to the device's key, below the Python key.
-            backend = torch._C._dispatch_key_for_device(kwargs["device"].type)
+        if key is None:  # nothing below the Python key: let the dispatcher say so
+            self.steps.append(Step(self._depth, name, "", classify(None)))
+            return func(*args, **kwargs)
+        step = Step(self._depth, name, key.name, classify(table.get(key.name)),
+                    "a number passed as a 0-dim tensor" if converted is not None else "")
+        if key == DispatchKey.BackendSelect:
+            # BackendSelect hands the op straight to a backend's key (a factory's device=, else its tensors'),
+            # below the Python key: that kernel is what runs.
+            device = kwargs.get("device")
+            if isinstance(device, torch.device):
+                backend = torch._C._dispatch_key_for_device(device.type)
+            else:
+                below, _ = _first_kernel(table, ks.remove(key))
+                backend = below.name if below is not None else ""
             step.note = f"BackendSelect -> {backend}"
             step.key, step.served = backend, classify(table.get(backend))
         self.steps.append(step)
