@@ -102,3 +102,19 @@ def test_dispatch_lists_each_backend_and_how_its_load_went(tmp_path):
             "No module named 'no_such_module'") in first, first
     assert "; good (good_backend:load, good-backend 1.0): loaded" in first, first
     assert "  PrivateUse1                a Python kernel (torch.library)" in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("backend", ["kernels"])
+def test_the_test_devices_backends_load_themselves(tmp_path, backend):
+    # bnbdev's two backends as a vendor would ship them: after a plain `import bnb`, every op on the device is
+    # served by the backend (the C++ library or the Python kernels), none by the reference.
+    load = "bnbdev.kernels:load" if backend == "kernels" else "bnbdev.python_backend:register"
+    install(tmp_path, "bnbdev-backend", {"bnbdev": load}, {})
+    run = run_python(tmp_path, """
+        import json, bnb, torch
+        from bnb import dispatch
+        print(json.dumps([torch._C._get_privateuse1_backend_name()] +
+                         sorted({dispatch.served(f"bnb::{n}", "PrivateUse1").kind for n in dispatch.op_names()})))
+    """)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    assert json.loads(run.stdout) == ["bnbdev", "library" if backend == "kernels" else "python"]
