@@ -104,7 +104,7 @@ def test_dispatch_lists_each_backend_and_how_its_load_went(tmp_path):
     assert "  PrivateUse1                a Python kernel (torch.library)" in run.stdout, run.stdout
 
 
-@pytest.mark.parametrize("backend", ["kernels"])
+@pytest.mark.parametrize("backend", ["kernels", "python_backend"])
 def test_the_test_devices_backends_load_themselves(tmp_path, backend):
     # bnbdev's two backends as a vendor would ship them: after a plain `import bnb`, every op on the device is
     # served by the backend (the C++ library or the Python kernels), none by the reference.
