@@ -149,3 +149,12 @@ def test_trace_goes_on_through_numbers_passed_as_tensors():
         ("aten::bitwise_and.Tensor", "a number passed as a 0-dim tensor")]
     for g, w in zip(got, [b & 0xF, torch.arange(4) * 0.1, x * 0.1]):  # dtypes and values as without the trace
         assert g.dtype == w.dtype and torch.equal(g, w)
+
+
+def test_trace_goes_on_through_detach():
+    # With a mode on, torch's detach calls aten::detach through Python from inside the detach kernel itself.
+    x = torch.randn(3)
+    mode = KernelTrace()
+    with mode:
+        y = torch.nn.Parameter(x).detach()
+    assert torch.equal(y, x) and [s.op for s in mode.steps] == ["aten::detach"]  # once: the re-entry is no call

@@ -95,9 +95,15 @@ class KernelTrace(TorchDispatchMode):
         super().__init__()
         self.steps: list[Step] = []
         self._depth = 0
+        self._calls: list[tuple] = []  # (op, ids of its tensor arguments) of each call now running, innermost last
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        call = (func, tuple(id(t) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)))
+        if self._calls and self._calls[-1] == call:
+            # The running kernel re-entered its own call: torch's detach does while any mode is on (the Python
+            # interpreter's detach). A plain call, with the mode off, is what happens without the trace.
+            return func(*args, **kwargs)
         name = func.name()
         table = computed_table(name)
         converted = _numbers_as_tensors(func, args, kwargs)
@@ -122,10 +128,12 @@ class KernelTrace(TorchDispatchMode):
             step.key, step.served = backend, classify(table.get(backend))
         self.steps.append(step)
         self._depth += 1
+        self._calls.append(call)
         try:
             with self:  # back on the mode stack while the kernel runs, so its calls are traced
                 return func.redispatch(ks, *args, **kwargs)
         finally:
+            self._calls.pop()
             self._depth -= 1
 
 
