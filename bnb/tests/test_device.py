@@ -13,10 +13,11 @@ from helpers import assert_same_bits
 
 DEV = torch.device(bnbdev.NAME)
 
-# The accelerator-integration guide's minimal set: bnbdev's own kernels (aten_ops.cc), the rest falls back.
+# The accelerator-integration guide's minimal set, and what nn.Module.to() needs: bnbdev's own kernels
+# (aten_ops.cc); the rest falls back.
 MINIMAL_OPS = ["empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias", "resize_", "_copy_from",
                "_copy_from_and_resize", "_local_scalar_dense", "set_.source_Tensor", "set_.source_Storage",
-               "set_.source_Storage_storage_offset"]
+               "set_.source_Storage_storage_offset", "_has_compatible_shallow_copy_type"]
 
 
 def test_the_backend_is_named_and_is_torchs_accelerator():
@@ -70,6 +71,14 @@ def test_views_reshapes_resize_set_and_item():
     assert s.shape == (12,) and s[11].item() == 11.0
     s = torch.empty(0, device=DEV).set_(d.untyped_storage(), 2, (2, 3), (3, 1))
     assert_same_bits(s.cpu(), torch.tensor([[2.0, 3.0, 4.0], [5.0, 6.0, 7.0]]))
+
+
+def test_a_cpu_parameter_takes_device_data_as_modules_move_it():
+    p = torch.nn.Parameter(torch.zeros(3))
+    assert torch._has_compatible_shallow_copy_type(p, torch.ones(3, device=DEV))
+    p.data = torch.ones(3, device=DEV)  # what nn.Module.to() does; torch refuses it for an unknown PrivateUse1 type
+    assert p.device.type == "bnbdev" and p.sum().item() == 3.0
+    assert torch.nn.Linear(2, 2).to(DEV).weight.device.type == "bnbdev"
 
 
 def test_the_device_guard_puts_memory_on_the_device_asked_for_and_restores_the_current_one():

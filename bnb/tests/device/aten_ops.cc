@@ -1,5 +1,6 @@
 // The accelerator-integration guide's minimal op set for bnbdev: allocation, views, resizing, copies to and from the
-// CPU, reading one value, and set_. Everything else reaches fallback.cc. The memory is host memory, so copies run
+// CPU, reading one value, and set_; and _has_compatible_shallow_copy_type, which nn.Module.to() needs. Everything
+// else reaches fallback.cc. The memory is host memory, so copies run
 // the CPU's copy over CPU views of the same bytes.
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
@@ -98,6 +99,15 @@ at::Tensor& SetStorageOffset(at::Tensor& self, at::Storage source, int64_t stora
   return at::native::set_storage_cpu_(self, source, storage_offset, size, stride);
 }
 
+// Whether `self` may take `from`'s data (param.data = t, which nn.Module.to() does): CPU and bnbdev tensors are both
+// dense host memory. torch knows this only for its own backends and asks a PrivateUse1 device (TensorImpl.h).
+bool HasCompatibleShallowCopyType(const at::Tensor& self, const at::Tensor& from) {
+  const auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided && (t.is_cpu() || t.is_privateuseone()) && !t.is_quantized();
+  };
+  return dense(self) && dense(from);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -113,6 +123,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", SetTensor);
   m.impl("set_.source_Storage", SetStorage);
   m.impl("set_.source_Storage_storage_offset", SetStorageOffset);
+  m.impl("_has_compatible_shallow_copy_type", HasCompatibleShallowCopyType);  // beyond the minimal set: see above
 }
 
 }  // namespace bnbdev
