@@ -21,7 +21,8 @@ def _kernel(name: str, op: torch._ops.OpOverload):
     def run(*args, **kwargs):
         CALLS[name] += 1
         device = next(t.device for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor))
-        host_args, host_kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.cpu(), (args, kwargs))
+        # torch.Tensor.cpu, not t.cpu(): an argument may be a Params4bit, whose own .cpu() moves its quant state.
+        host_args, host_kwargs = pytree.tree_map_only(torch.Tensor, torch.Tensor.cpu, (args, kwargs))
         result = op(*host_args, **host_kwargs)
         for i in written:  # what the op wrote on the host goes back into the caller's device tensors
             target, source = (args[i], host_args[i]) if i < len(args) else (kwargs[names[i]], host_kwargs[names[i]])
