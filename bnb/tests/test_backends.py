@@ -118,3 +118,26 @@ def test_the_test_devices_backends_load_themselves(tmp_path, backend):
     """)
     assert run.returncode == 0 and run.stderr == "", run.stderr
     assert json.loads(run.stdout) == ["bnbdev", "library" if backend == "kernels" else "python"]
+
+
+def test_dispatch_shows_an_autoloaded_device_backend_and_traces_on_its_device(tmp_path):
+    install(tmp_path, "bnbdev-backend", {"bnbdev": "bnbdev.kernels:load"}, {})
+    run = run_python(tmp_path, """
+        from bnb.__main__ import main
+        main(["dispatch"])
+        main(["dispatch", "gemm_4bit", "--trace"])
+    """)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("torch ") and ("PrivateUse1 is 'bnbdev'; installed backends (bnb.backends): bnbdev "
+                                              "(bnbdev.kernels:load, bnbdev-backend 1.0): loaded") in lines[0]
+    assert lines[2].split()[:6] == ["op", "CPU", "CUDA", "Meta", "bnbdev", "CEA"]
+    assert lines[3].split() == ["dequantize_4bit", "bnb", "bnb", "bnb", "library", "reference", "fallthrough",
+                                "fallthrough", "fallthrough"]
+    # --trace runs on the named device by default: gemm_4bit's library kernel, and the library's dequantize in it
+    trace = run.stdout[run.stdout.index("bnb::gemm_4bit on bnbdev, its example"):]
+    assert re.search(r"\n  bnb::gemm_4bit +AutogradPrivateUse1 \(bnbdev\) +formula +torch/library\.py:\d+\n", trace)
+    assert re.search(r"\n  bnb::gemm_4bit +PrivateUse1 \(bnbdev\) +library +bnb/tests/device/kernels/blockwise4\.cc:"
+                     r"\d+\n", trace), trace
+    assert re.search(r"\n    bnb::dequantize_4bit +PrivateUse1 \(bnbdev\) +library ", trace), trace
+

@@ -143,8 +143,10 @@ def op_table(name: str) -> str:
 def overview(names: list[str]) -> str:
     """Every op on one line, a column per key, and the legend of the labels."""
     name = device_name()
-    headers = {k: k.replace("PrivateUse1", name if name != "privateuseone" else "PrivateUse1") for k in KEYS}
+    headers = {k: k for k in KEYS}
     headers["CompositeExplicitAutograd"] = "CEA"
+    if name != "privateuseone":
+        headers["PrivateUse1"] = name
     rows = [[n] + [served(f"bnb::{n}", k).label for k in KEYS] for n in names]
     cols = [["op"] + [headers[k] for k in KEYS]] + rows
     widths = [max(len(r[i]) for r in cols) for i in range(len(cols[0]))]
