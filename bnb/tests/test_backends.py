@@ -12,13 +12,12 @@ import textwrap
 import pytest
 
 
-def install(site, dist: str, entry_points: dict[str, str], modules: dict[str, str]) -> None:
+def install(site, dist: str, entry_points: dict[str, str], modules: dict[str, str], group="bnb.backends") -> None:
     """A distribution `dist` as pip leaves one in site-packages: its modules and a dist-info with the entry points."""
     info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[bnb.backends]\n" + "".join(f"{k} = {v}\n" for k, v in
-                                                                         entry_points.items()))
+    (info / "entry_points.txt").write_text(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in entry_points.items()))
     for name, source in modules.items():
         (site / f"{name}.py").write_text(textwrap.dedent(source))
 
@@ -140,4 +139,19 @@ def test_dispatch_shows_an_autoloaded_device_backend_and_traces_on_its_device(tm
     assert re.search(r"\n  bnb::gemm_4bit +PrivateUse1 \(bnbdev\) +library +bnb/tests/device/kernels/blockwise4\.cc:"
                      r"\d+\n", trace), trace
     assert re.search(r"\n    bnb::dequantize_4bit +PrivateUse1 \(bnbdev\) +library ", trace), trace
+
+
+def test_a_device_alone_gets_the_reference_kernels_and_its_fallback_serves_their_aten_ops(tmp_path):
+    # bnbdev as a torch device extension only (torch loads it at import torch), with no bnb backend.
+    install(tmp_path, "bnbdev-device", {"bnbdev": "bnbdev:load"}, {}, group="torch.backends")
+    run = run_python(tmp_path, "from bnb.__main__ import main; main(['dispatch', 'quantize_blockwise', '--trace'])")
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    out = run.stdout
+    assert "PrivateUse1 is 'bnbdev'; installed backends (bnb.backends): none" in out.splitlines()[0]
+    assert re.search(r"\n  bnb::quantize_blockwise +PrivateUse1 \(bnbdev\) +reference +bnb/reference/__init__\.py:"
+                     r"\d+\n", out), out
+    assert re.search(r"\n    aten::searchsorted\.Tensor +PrivateUse1 \(bnbdev\) +fallback +bnb/tests/device/"
+                     r"fallback\.cc:\d+\n", out), out
+    assert re.search(r"\n  through a backend fallback, \d+ calls: .*aten::searchsorted\.Tensor \(PrivateUse1 "
+                     r"\(bnbdev\)\)", out), out
 

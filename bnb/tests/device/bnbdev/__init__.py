@@ -11,7 +11,9 @@ NAME = "bnbdev"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _load() -> None:
+def load() -> None:
+    """Loads the device once; also the "torch.backends" entry point of a test distribution (torch calls it at import
+    torch, as it does a vendor's device extension)."""
     if torch._C._get_privateuse1_backend_name() == NAME:
         return  # loaded already (a second import path, or the entry point after a plain import)
     torch.ops.load_library(os.path.join(_HERE, "_device.so"))
@@ -28,4 +30,4 @@ def memory_stats() -> dict:
     return {"live_bytes": live_bytes, "live_blocks": live_blocks, "allocations": allocations}
 
 
-_load()
+load()
