@@ -50,10 +50,10 @@ def trace_report(name: str, device: str, depth: int) -> str:
         hidden = len(steps) - len(shown)
         lines.append(f"  ... and {hidden} call{'s' if hidden > 1 else ''} deeper (--depth {depth + 1} or more shows "
                      "them)")
-    fell_back = [s for s in steps if s.served.kind == "fallback"]
-    if fell_back:  # at any depth: the ops the device has no kernel for
-        names = list(dict.fromkeys(f"{s.op} ({dispatch.key_label(s.key)})" for s in fell_back))
-        lines.append(f"  through a backend fallback, {len(fell_back)} calls: {', '.join(names)}")
+    for key in dict.fromkeys(s.key for s in steps if s.served.kind == "fallback"):  # at any depth
+        fell_back = [s.op for s in steps if s.served.kind == "fallback" and s.key == key]
+        lines.append(f"  through the {dispatch.key_label(key)} fallback, {len(fell_back)} calls: "
+                     f"{', '.join(dict.fromkeys(fell_back))}")
     return "\n".join(lines)
 
 
