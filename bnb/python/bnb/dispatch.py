@@ -18,15 +18,15 @@ import torch
 
 # What serves a key: kind -> (short label for the overview, description).
 KINDS = {
-    "bnb": ("bnb", "bnb's C++ kernel (bnb/ops)"),
-    "reference": ("reference", "bnb's pure-torch reference kernel"),
+    "bnb": ("bnb", "bnb's C++ kernel"),
+    "reference": ("reference", "bnb's reference kernel (pure torch)"),
     "library": ("library", "an out-of-tree C++ library"),
     "python": ("python", "a Python kernel (torch.library)"),
-    "formula": ("formula", "an autograd formula (torch.library.register_autograd)"),
+    "formula": ("formula", "an autograd formula (register_autograd)"),
     "fallthrough": ("fallthrough", "falls through to the next key"),
-    "fallback": ("fallback", "a backend fallback (for every op of the key)"),
+    "fallback": ("fallback", "a backend fallback (every op of the key)"),
     "torch": ("torch", "one of torch's own kernels"),
-    "nothing": ("-", "nothing: a call that reaches this key fails"),
+    "nothing": ("-", "nothing: a call that reaches it fails"),
 }
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import torch
 
 from . import backends, dispatch
@@ -44,7 +46,8 @@ def trace_report(name: str, device: str, depth: int) -> str:
     rows = [("  " * s.depth + s.op, dispatch.key_label(s.key), s.served.label, dispatch.short_path(s.served.where),
              s.note) for s in shown]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = [f"bnb::{name} on {device}, its example ({_describe_args(args, kwargs)}):"]
+    lines = [textwrap.fill(f"bnb::{name} on {device}, its example ({_describe_args(args, kwargs)}):", width=118,
+                           subsequent_indent="    ")]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths + [0])).rstrip() for r in rows]
     if len(steps) > len(shown):
         hidden = len(steps) - len(shown)
@@ -52,14 +55,16 @@ def trace_report(name: str, device: str, depth: int) -> str:
                      "them)")
     for key in dict.fromkeys(s.key for s in steps if s.served.kind == "fallback"):  # at any depth
         fell_back = [s.op for s in steps if s.served.kind == "fallback" and s.key == key]
-        lines.append(f"  through the {dispatch.key_label(key)} fallback, {len(fell_back)} calls: "
-                     f"{', '.join(dict.fromkeys(fell_back))}")
+        lines.append(textwrap.fill(f"through the {dispatch.key_label(key)} fallback, {len(fell_back)} calls: "
+                                   f"{', '.join(dict.fromkeys(fell_back))}", width=118, initial_indent="  ",
+                                   subsequent_indent="    "))
     return "\n".join(lines)
 
 
 def run_dispatch(args) -> int:
     names = dispatch.resolve(args.op) if args.op else dispatch.op_names()
-    print(f"torch {torch.__version__}; PrivateUse1 is {dispatch.device_name()!r}; {_backends_line()}")
+    print(f"torch {torch.__version__}; PrivateUse1 is {dispatch.device_name()!r}")
+    print(_backends_line())
     print()
     if args.trace:
         device = args.device or default_device()
