@@ -7,7 +7,6 @@ import re
 
 import torch
 
-import bnb
 import bnbdev
 
 BACKEND = os.environ.get("BNBDEV_BACKEND", "reference")
@@ -51,4 +50,4 @@ def outputs(result, args, kwargs) -> list:
     return results + [t for t in list(args) + list(kwargs.values()) if isinstance(t, torch.Tensor)]
 
 
-__all__ = ["BACKEND", "DEV", "bnb", "kernel_calls", "op", "outputs", "served_as_expected"]
+__all__ = ["BACKEND", "DEV", "kernel_calls", "op", "outputs", "served_as_expected"]
