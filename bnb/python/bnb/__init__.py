@@ -1,7 +1,8 @@
 """bnb: k-bit quantization for PyTorch, with bitsandbytes' API.
 
-`import bnb` loads the C++ library (which registers torch.ops.bnb.*) and the pure-torch reference kernels; it
-compiles nothing and does not initialize CUDA.
+`import bnb` loads the C++ library (which registers torch.ops.bnb.*), the pure-torch reference kernels, and then
+the installed out-of-tree backends (bnb.backends: entry points of the group "bnb.backends"); it compiles nothing
+and does not initialize CUDA.
 """
 
 import torch  # noqa: F401  (bnb._C links libtorch: torch must be loaded first)
@@ -9,7 +10,7 @@ import torch  # noqa: F401  (bnb._C links libtorch: torch must be loaded first)
 from . import _C  # registers the operators' schemas and C++ kernels
 from . import autograd as _autograd
 from . import reference as _reference
-from . import config, functional, jit, nn
+from . import backends, config, functional, jit, nn
 from .autograd import matmul_4bit
 from .functional import QuantState
 
@@ -19,5 +20,6 @@ _reference.register()
 _autograd.register()
 config._warn_unknown_env_vars()
 jit._locate_nvrtc()
+backends.load_all()  # last: a backend's kernels go on top of bnb's own, and it may use all of bnb
 
-__all__ = ["config", "functional", "jit", "matmul_4bit", "nn", "QuantState", "__version__"]
+__all__ = ["backends", "config", "functional", "jit", "matmul_4bit", "nn", "QuantState", "__version__"]

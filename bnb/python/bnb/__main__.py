@@ -1,5 +1,6 @@
 """python -m bnb <command>: demo (quantize realistic weight shapes and print a table), config (effective knobs),
-cache (list, clear or warm the compiled CUDA kernel cache), info (versions and the CPU instruction sets)."""
+cache (list, clear or warm the compiled CUDA kernel cache), info (versions and the CPU instruction sets), dispatch
+(which kernel serves each op on each dispatch key)."""
 
 import argparse
 import os
@@ -21,6 +22,16 @@ def main(argv=None) -> int:
     cache.add_argument("--arch", action="append", help="warm: target such as sm_90 (repeatable; default sm_80, sm_90)")
     info = sub.add_parser("info", help="versions, and which CPU instruction sets run here and which this CPU lacks")
     info.add_argument("--isas", action="store_true", help="only the instruction-set line")
+    dispatch = sub.add_parser("dispatch", help="which kernel serves each op on each dispatch key, from the "
+                                               "dispatcher itself; --trace: which kernels one call ran")
+    dispatch.add_argument("op", nargs="?", help="one op: gemv_4bit (every overload) or gemv_4bit.out (default: all, "
+                                                "one line each)")
+    dispatch.add_argument("--trace", action="store_true", help="run each op once on its example and show the "
+                                                               "kernels that ran, nested")
+    dispatch.add_argument("--device", help="where --trace runs (default: a named PrivateUse1 device, else cuda if "
+                                           "present, else cpu)")
+    dispatch.add_argument("--depth", type=_natural, default=1, help="--trace: how deep to show nested calls "
+                                                                    "(default 1: the op's kernel and its calls)")
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -31,6 +42,9 @@ def main(argv=None) -> int:
     if args.command == "info":
         from .info import run_info
         return run_info(args.isas)
+    if args.command == "dispatch":
+        from .dispatch_cli import run_dispatch
+        return run_dispatch(args)
     if args.command == "config":
         from . import config
         print(config.format_table())  # a misspelt BNB_* variable was warned of at import
@@ -48,6 +62,12 @@ def _blocksize(text: str) -> int:
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return int(text)
+
+
+def _natural(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 0")
     return int(text)
 
 

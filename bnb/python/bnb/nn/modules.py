@@ -88,6 +88,10 @@ class Params4bit(nn.Parameter):
         w = self.data.contiguous().to(device)
         packed, state = F.quantize_4bit(w, blocksize=self.blocksize, compress_statistics=self.compress_statistics,
                                         quant_type=self.quant_type, quant_storage=self.quant_storage)
+        if not torch._has_compatible_shallow_copy_type(self, packed):  # else .data = packed fails, saying less
+            raise RuntimeError(f"Params4bit: a {self.device.type} parameter cannot hold codes on {packed.device.type}: "
+                               f"torch counts them as incompatible tensor types. A PrivateUse1 device's library "
+                               f"registers aten::_has_compatible_shallow_copy_type for them (see torch's TensorImpl.h)")
         return self._hold(packed, state)  # modules keep this object (param.data = result): the state must live on it
 
     def _hold(self, packed: torch.Tensor, state: QuantState) -> "Params4bit":
