@@ -9,8 +9,9 @@ import torch  # noqa: F401  (bnb._C links libtorch: torch must be loaded first)
 from . import _C  # registers the operators' schemas and C++ kernels
 from . import autograd as _autograd
 from . import reference as _reference
-from . import config, functional, jit, nn
+from . import config, functional, jit, nn, utils
 from .autograd import matmul_4bit
+from .autograd_int8 import MatmulLtState, matmul
 from .functional import QuantState
 
 from ._version import __version__  # generated from version.bzl
@@ -20,4 +21,5 @@ _autograd.register()
 config._warn_unknown_env_vars()
 jit._locate_nvrtc()
 
-__all__ = ["config", "functional", "jit", "matmul_4bit", "nn", "QuantState", "__version__"]
+__all__ = ["config", "functional", "jit", "matmul", "matmul_4bit", "MatmulLtState", "nn", "QuantState", "utils",
+           "__version__"]
