@@ -1,8 +1,11 @@
-"""bitsandbytes-compatible functional API: quantize/dequantize with QuantState, over torch.ops.bnb.*."""
+"""bitsandbytes-compatible functional API: blockwise 8-bit and 4-bit quantization with QuantState, codebooks, and
+LLM.int8()'s int8 helpers, over torch.ops.bnb.*."""
 
 from __future__ import annotations
 
 from typing import Optional
+
+import itertools
 
 import torch
 
@@ -12,7 +15,9 @@ from .quant_state import QuantState
 __all__ = [
     "QuantState", "create_dynamic_map", "quantize_blockwise", "dequantize_blockwise", "get_4bit_type",
     "quantize_4bit", "dequantize_4bit", "quantize_nf4", "quantize_fp4", "dequantize_nf4", "dequantize_fp4",
-    "gemv_4bit", "has_avx512bf16",
+    "gemv_4bit", "has_avx512bf16", "create_linear_map", "create_normal_map", "create_fp8_map",
+    "int8_vectorwise_quant", "int8_vectorwise_dequant", "int8_double_quant", "int8_linear_matmul", "int8_mm_dequant",
+    "int8_scaled_mm",
 ]
 
 _BLOCKSIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -27,6 +32,61 @@ def has_avx512bf16() -> bool:
 def create_dynamic_map(signed: bool = True, max_exponent_bits: int = 7, total_bits: int = 8) -> torch.Tensor:
     """The dynamic quantization map (arXiv:1511.04561): 256 sorted float32 values, equal to bitsandbytes'."""
     return torch.tensor(_C.create_dynamic_map(signed, max_exponent_bits, total_bits), dtype=torch.float32)
+
+
+def create_linear_map(signed: bool = True, total_bits: int = 8, add_zero: bool = True) -> torch.Tensor:
+    """bitsandbytes' linear map: 256 float32 values, evenly spaced in [-1, 1] (signed) or [0, 1]. A signed map (or
+    one of fewer than 8 bits) keeps a zero by using one value fewer, 2**total_bits - 1; a map of fewer than 256 values
+    is padded with zeros in its middle, as the 8-bit kernels index 256 entries."""
+    if not 1 <= total_bits <= 8:
+        raise ValueError(f"create_linear_map: total_bits must be in [1, 8], got {total_bits}")
+    n = 2**total_bits
+    if (add_zero or total_bits < 8) and signed:
+        n -= 1
+    values = torch.linspace(-1.0 if signed else 0.0, 1.0, n, dtype=torch.float32)
+    half = n // 2
+    return torch.cat([values[:half], torch.zeros(256 - n), values[half:]])
+
+
+def create_normal_map(offset: float = 0.9677083, use_extra_value: bool = True) -> torch.Tensor:
+    """bitsandbytes' NormalFloat map (QLoRA, arXiv:2305.14314): quantiles of N(0, 1) at evenly spaced probabilities
+    from 0.5 to `offset`, normalized to [-1, 1]; 8 positive and 7 negative values (use_extra_value) or 7 and 7, a
+    zero, and zeros to 256 entries, sorted. The default offset gives NF4's 16 values exactly. torch.special.ndtri
+    stands in for scipy's norm.ppf, at the same float32 probabilities (so no scipy is needed)."""
+    if not 0.5 < offset < 1.0:
+        raise ValueError(f"create_normal_map: offset must be in (0.5, 1), got {offset}")
+
+    def quantiles(count: int) -> torch.Tensor:  # ndtri of the float32 probabilities, in float64 as scipy's
+        return torch.special.ndtri(torch.linspace(offset, 0.5, count + 1, dtype=torch.float32)[:-1].double())
+
+    positive = quantiles(8 if use_extra_value else 7)
+    negative = -quantiles(7)
+    values = torch.cat([positive, torch.zeros(256 - positive.numel() - 7, dtype=torch.float64), negative])
+    values = values.float().sort().values
+    return values / values.max()
+
+
+def create_fp8_map(signed: bool = True, exponent_bits: int = 5, precision_bits: int = 2,
+                   total_bits: int = 8) -> torch.Tensor:
+    """bitsandbytes' floating-point map of exponent_bits + precision_bits (+ a sign bit) = total_bits: every value of
+    the format (exponent field 0: subnormals), sorted, divided by the largest, padded with zeros to 256 entries. As
+    in bitsandbytes, exponent field e scales by 2**(bias + 1 - e) with bias 2**(exponent_bits - 1): larger fields
+    are smaller values (after normalization only the set of values matters)."""
+    if exponent_bits + precision_bits != total_bits - (1 if signed else 0):
+        raise ValueError(f"create_fp8_map: exponent_bits ({exponent_bits}) + precision_bits ({precision_bits}) must be "
+                         f"total_bits ({total_bits}) less the sign bit ({int(signed)})")
+    if not 1 <= total_bits <= 8 or exponent_bits < 0 or precision_bits < 0:
+        raise ValueError(f"create_fp8_map: expected bit counts >= 0 and total_bits in [1, 8], got exponent_bits="
+                         f"{exponent_bits}, precision_bits={precision_bits}, total_bits={total_bits}")
+    bias = 2 ** (exponent_bits - 1)
+    values = []
+    for field in range(2**exponent_bits):
+        for bits in itertools.product([0, 1], repeat=precision_bits):
+            mantissa = sum(b * 2.0 ** -(i + 1) for i, b in enumerate(bits))
+            value = mantissa * 2.0**-bias if field == 0 else (1 + mantissa) * 2.0 ** (bias + 1 - field)
+            values += [value, -value] if signed else [value]
+    code = torch.tensor(sorted(values + [0.0] * (256 - len(values))), dtype=torch.float32)
+    return code / code.max()
 
 
 # Codebooks by name ("dynamic": the signed dynamic map, the default code). Made at import (256 values, microseconds)
@@ -267,3 +327,62 @@ def _gemv_4bit(A: torch.Tensor, B: torch.Tensor, state: QuantState, code: torch.
         torch.ops.bnb.gemv_4bit.out(*args, out=out)
         return out
     return torch.ops.bnb.gemv_4bit(*args)
+
+
+# LLM.int8() (arXiv:2208.07339): row-wise int8 quantization with outlier columns, int8 products, dequantization.
+# Thin wrappers over torch.ops.bnb.int8_*, with bitsandbytes' signatures; the ops check every argument.
+
+def int8_vectorwise_quant(A: torch.Tensor, threshold: float = 0.0):
+    """A (float32/float16/bfloat16) quantized row by row to int8: (codes, row absmax as float32, outlier columns).
+    With threshold > 0, columns holding any |x| >= threshold are outliers: reported (ascending int64), left out of
+    the absmax, and their codes are 0; with threshold 0 the third output is None."""
+    return torch.ops.bnb.int8_vectorwise_quant(A, threshold)
+
+
+def int8_vectorwise_dequant(A: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
+    """int8 codes times their row's stats / 127, as float32."""
+    return torch.ops.bnb.int8_vectorwise_dequant(A, stats)
+
+
+def int8_double_quant(A: torch.Tensor, col_stats=None, row_stats=None, out_col=None, out_row=None,
+                      threshold: float = 0.0):
+    """A quantized row-wise and column-wise: (row codes, column codes, row stats, column stats, outlier columns).
+    As in bitsandbytes, preallocated outputs are refused."""
+    for name, given in (("col_stats", col_stats), ("row_stats", row_stats), ("out_col", out_col),
+                        ("out_row", out_row)):
+        if given is not None:
+            raise ValueError(f"{name} must be None. int8_double_quant() does not support pre-allocated {name}.")
+    return torch.ops.bnb.int8_double_quant(A, threshold)
+
+
+def int8_linear_matmul(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None,
+                       dtype: torch.dtype = torch.int32) -> torch.Tensor:
+    """A @ B.T of int8 A [..., K] and B [N, K], exactly, as int32 (into `out` when given)."""
+    if dtype != torch.int32:
+        raise ValueError(f"int8_linear_matmul: dtype must be torch.int32 (the exact sums), got {dtype}")
+    if out is not None:
+        torch.ops.bnb.int8_linear_matmul.out(A, B, out=out)
+        return out
+    return torch.ops.bnb.int8_linear_matmul(A, B)
+
+
+def int8_mm_dequant(A: torch.Tensor, row_stats: torch.Tensor, col_stats: torch.Tensor,
+                    out: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
+                    dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """The int32 product A of int8_linear_matmul scaled back: A * row_stats * col_stats / 127^2 (+ bias), float16 by
+    default as in bitsandbytes. With `out`, computed in out's dtype (rounded once) and written there; `dtype`, when
+    also given, must agree."""
+    if out is not None:
+        if dtype is not None and dtype != out.dtype:
+            raise ValueError(f"int8_mm_dequant: dtype {dtype} disagrees with out's dtype {out.dtype}")
+        if out.shape != A.shape:  # copy_ would broadcast a wrong shape silently
+            raise ValueError(f"int8_mm_dequant: out must have A's shape {list(A.shape)}, got {list(out.shape)}")
+        dtype = out.dtype
+    result = torch.ops.bnb.int8_mm_dequant(A, row_stats, col_stats, dtype, bias)
+    return out.copy_(result) if out is not None else result
+
+
+def int8_scaled_mm(A: torch.Tensor, B: torch.Tensor, row_stats: torch.Tensor, col_stats: torch.Tensor,
+                   bias: Optional[torch.Tensor] = None, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """int8_mm_dequant(int8_linear_matmul(A, B), row_stats, col_stats, bias) in one op (float16 by default)."""
+    return torch.ops.bnb.int8_scaled_mm(A, B, row_stats, col_stats, bias, dtype)

@@ -414,3 +414,8 @@ class EmbeddingFP4(Embedding4bit):
 class EmbeddingNF4(Embedding4bit):
     def __init__(self, num_embeddings, embedding_dim, dtype=None, quant_storage=torch.uint8, device=None):
         super().__init__(num_embeddings, embedding_dim, dtype, "nf4", quant_storage, device)
+
+
+# bitsandbytes keeps every module in bitsandbytes.nn.modules; code that imports the 8-bit ones from there ports too.
+from .modules8bit import (  # noqa: E402,F401
+    Embedding, Embedding8bit, Int8Params, Linear8bitLt, OutlierAwareLinear, StableEmbedding)
