@@ -22,7 +22,7 @@ elif BACKEND != "reference":
     raise ValueError(f"BNBDEV_BACKEND must be reference, library or python, got {BACKEND!r}")
 
 # Where the dispatcher records each backend's kernels as registered (bnb.dispatch.Served.where).
-WHERE = {"reference": r"bnb/reference/__init__\.py:\d+", "library": r"bnb/tests/device/kernels/blockwise[48]\.cc:\d+",
+WHERE = {"reference": r"bnb/reference/__init__\.py:\d+", "library": r"bnb/tests/device/kernels/\w+\.cc:\d+",
          "python": r"torch/library\.py:\d+"}[BACKEND]
 
 

@@ -58,14 +58,16 @@ TEST_F(KnobKeys, ZeroAndTheDefaultBuildTheSameKernels) {
 TEST_F(KnobKeys, AnotherValueKeysEveryKernelItShapes) {
   const std::map<std::string, std::string> base = Keys(cache_, 0), other = Keys(cache_, 128);
   ASSERT_EQ(base.size(), other.size());
-  int changed = 0;
+  int changed = 0, taking = 0;
   for (const auto& [name, key] : base) {
     // gemv4 and prepare_codebook8 have shapes of their own; every other kernel takes the knob.
     const bool takes_knob = name.rfind("gemv4 ", 0) != 0 && name.rfind("prepare_codebook8 ", 0) != 0;
     EXPECT_EQ(other.at(name) != key, takes_knob) << name;
     changed += other.at(name) != key;
+    taking += takes_knob;
   }
-  EXPECT_EQ(changed, 2 * 3 * 8 + 3 * 3 * 8);  // 8-bit quantize + dequantize, 4-bit NF4 + FP4 + dequantize
+  EXPECT_EQ(changed, taking);
+  EXPECT_GE(changed, 2 * 3 * 8 + 3 * 3 * 8);  // at least 8-bit quantize + dequantize, 4-bit NF4 + FP4 + dequantize
 }
 
 TEST_F(KnobKeys, TheConfigurationIsNoPartOfAKey) {

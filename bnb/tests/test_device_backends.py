@@ -28,19 +28,23 @@ def expected_on_cpu(name: str, args, kwargs):
 def test_the_dispatch_table_names_the_backend_for_every_op(name):
     assert served_as_expected(dispatch.served(f"bnb::{name}", "PrivateUse1")), dispatch.op_table(name)
     assert dispatch.served(f"bnb::{name}", "CPU").kind == "bnb"  # the other keys keep bnb's own
-    assert dispatch.served(f"bnb::{name}", "Meta").kind == "bnb"
+    assert dispatch.served(f"bnb::{name}", "Meta").kind == ("fake" if bnb.reference.OPS[name].fake else "bnb")
 
 
 @pytest.mark.parametrize("name", OPS)
 def test_every_ops_example_runs_the_backends_kernel_and_equals_the_cpu_bit_for_bit(name):
     args, kwargs = bnb.reference.OPS[name].example(DEV)
     # gemm_4bit's library kernel (ops.h) multiplies by dequantizing through the dispatcher: its dequantize_4bit runs.
+    # The int8 compositions (ops.h) call several of the backend's kernels, each counted under the op's name.
     counted = "dequantize_4bit" if BACKEND == "library" and name == "gemm_4bit" else name
     before = kernel_calls(counted)
     steps, result = trace(op(name), args, kwargs)
     ran = [s for s in steps if s.depth == 0 and s.key == "PrivateUse1"]
     assert len(ran) == 1 and served_as_expected(ran[0].served), steps[:3]
-    assert kernel_calls(counted) == before + (0 if BACKEND == "reference" else 1)
+    if BACKEND == "reference":
+        assert kernel_calls(counted) == before
+    else:
+        assert kernel_calls(counted) > before
     got = outputs(result, args, kwargs)
     assert all(t.device.type == "bnbdev" for t in got)
     cpu_args, cpu_kwargs = bnb.reference.OPS[name].example(CPU)

@@ -288,14 +288,11 @@ def test_fp16_weights_are_quantized_at_every_call_in_eval_mode_too():
     assert_same_bits(bnb.matmul(A, W, state=state), ref.int8_scaled_mm(CA, CB, SCA, SCB, None, torch.float32))
 
 
-# The factor the ops scale int32 products by: bitsandbytes' pure-torch backend's 6.200124e-05, 1.8e-5 above
-# 1/127^2 (its CUDA kernel has 6.200012e-05). The float64 references use it; test_product_scale_is_1_over_127_squared
-# says it is wrong.
+# The factor the ops scale int32 products by: the float32 nearest 1/127^2 (bitsandbytes' CUDA kernel's 6.200012e-05;
+# its pure-torch backend has a typo, 6.200124e-05, 1.8e-5 too large).
 PRODUCT_SCALE = ref.INV_127_SQUARED
 
 
-@pytest.mark.xfail(strict=True, reason="bnb::int8_mm_dequant scales by 6.200124e-05 (bitsandbytes' pure-torch "
-                                       "backend's typo), not the float32 nearest 1/127^2, 6.2000123e-05; reported")
 def test_product_scale_is_1_over_127_squared():
     # 127 * 127 with unit scales is 1: 16129 * 6.2000123e-05 rounds to 1.0 in float32, 16129 * 6.200124e-05 does not.
     one = F.int8_mm_dequant(torch.tensor([[16129]], dtype=torch.int32), torch.ones(1), torch.ones(1),

@@ -14,7 +14,7 @@ namespace bnb {
 namespace i8 {
 
 constexpr float kInv127 = 7.874015718698502e-3f;
-constexpr float kInv127Squared = 6.200124e-05f;
+constexpr float kInv127Squared = 6.200012285262346e-05f;
 
 __device__ __forceinline__ bool is_outlier(float v, float threshold) {
   return threshold > 0.0f && fabsf(v) >= threshold;

@@ -20,6 +20,7 @@ import torch
 KINDS = {
     "bnb": ("bnb", "bnb's C++ kernel"),
     "reference": ("reference", "bnb's reference kernel (pure torch)"),
+    "fake": ("fake", "bnb's Python fake (shapes only; sizes the data decides)"),
     "library": ("library", "an out-of-tree C++ library"),
     "python": ("python", "a Python kernel (torch.library)"),
     "formula": ("formula", "an autograd formula (register_autograd)"),
@@ -111,10 +112,12 @@ _ALIAS_KEYS = {"CompositeExplicitAutograd"}
 
 
 def served(qualname: str, key: str) -> Served:
-    """What serves `key` for the op: its computed entry, or for an alias key its registration there."""
+    """What serves `key` for the op: its computed entry, or for an alias key its registration there. Meta served
+    from the reference file is the op's Python fake (its outputs are sized by the data)."""
     if key in _ALIAS_KEYS:
         return classify(registrations(qualname).get(key))
-    return classify(computed_table(qualname).get(key))
+    s = classify(computed_table(qualname).get(key))
+    return Served("fake", s.where) if key == "Meta" and s.kind == "reference" else s
 
 
 def short_path(where: str) -> str:

@@ -26,7 +26,7 @@ from . import checks
 from .registry import kernel
 
 INV_127 = 7.874015718698502e-3  # 1 / 127, as the float32 nearest (bitsandbytes' constant)
-INV_127_SQUARED = 6.200124e-05  # 1 / 127^2, likewise
+INV_127_SQUARED = 6.200012285262346e-05  # 1 / 127^2, likewise (bitsandbytes' default backend has 6.200124e-05, a typo)
 MAX_K = 131071  # the longest dot product of int8 values that int32 holds: 128 * 128 * 131071 < 2^31
 _F32 = torch.float32
 
@@ -193,8 +193,8 @@ def _dequantize_product(A, row_stats, col_stats, dtype, bias) -> torch.Tensor:
 def _mm_dequant_example(device):
     (A, B), _ = _matmul_example(device)
     g = torch.Generator().manual_seed(1)
-    rows, cols = torch.rand(5, generator=g) * 4, torch.rand(64, generator=g) * 4
-    return (int8_linear_matmul(A, B), rows.to(device), cols.to(device)), {"bias": torch.randn(64).to(device)}
+    rows, cols, bias = torch.rand(5, generator=g) * 4, torch.rand(64, generator=g) * 4, torch.randn(64, generator=g)
+    return (int8_linear_matmul(A, B), rows.to(device), cols.to(device)), {"bias": bias.to(device)}
 
 
 @kernel("int8_mm_dequant", differentiable=False, example=_mm_dequant_example)
@@ -248,7 +248,8 @@ def _mixed_example(device):
     W = torch.randn(64, 96, generator=torch.Generator().manual_seed(2)).to(device, torch.float16)
     CA, SCA, cols = int8_vectorwise_quant(A, 6.0)
     CB, SCB, _ = int8_vectorwise_quant(W, 0.0)
-    return (A, CA, CB, SCA, SCB, cols), {"bias": torch.randn(64).to(device, torch.float16)}
+    bias = torch.randn(64, generator=torch.Generator().manual_seed(3))
+    return (A, CA, CB, SCA, SCB, cols), {"bias": bias.to(device, torch.float16)}
 
 
 @kernel("int8_mixed_scaled_mm", differentiable=False, example=_mixed_example)
