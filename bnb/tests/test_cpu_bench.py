@@ -74,6 +74,7 @@ def test_thread_scaling_line_leaves_the_config_as_it_was():
         assert "nothing to compare" in line
     else:
         ratio = float(re.search(r"in cache (\d+\.\d+)x as fast", line).group(1))
-        # 0.00 is possible: two threads on a core another process keeps busy can stall each other for long.
-        assert 0 <= ratio < 2 * torch.get_num_threads(), line
+        # Any finite ratio: 0.00 when two threads on a core another process keeps busy stall each other, several
+        # times the thread count when the one-thread run was the one stalled (seen under a parallel test run).
+        assert 0 <= ratio < 100, line
     assert [(bnb.config.get(n), bnb.config.source(n)) for n in KNOBS] == before

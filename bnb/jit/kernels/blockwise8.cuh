@@ -124,6 +124,19 @@ struct __align__(16) Prepared {
 };
 static_assert(sizeof(Prepared) == 22784, "bnb::jit::kQuantizeBlockwise8ScratchBytes");
 
+// The code of x in a block of absmax amax through a prepared codebook (in shared memory): ordinary blocks (fast:
+// FastScaleOk(amax), y = __frcp_rn(amax)) scale with numerics.cuh's ScaleFast and look the code up; nonzero
+// quotients below 2^-19 (where ScaleFast may be an ulp off), values in marked buckets, and blocks of absmax 0, inf,
+// NaN or beyond 2^+-60 take code_exact.
+__device__ __forceinline__ unsigned char code_in_block(float x, float amax, bool fast, float y, const Prepared& prep) {
+  if (fast) {
+    const float s = ScaleFast(x, amax, y);
+    unsigned c;
+    if (cb8::LookupCode(prep.key, prep.mid, s, &c) && !(fabsf(s) < 0x1p-19f && x != 0.0f)) return (unsigned char)c;
+  }
+  return code_exact(x, amax, prep.mid, prep.s2c);
+}
+
 }  // namespace bw8
 }  // namespace bnb
 
@@ -189,9 +202,6 @@ __global__ void __launch_bounds__(THREADS)
     reinterpret_cast<Vec16*>(&s_prep)[i] = reinterpret_cast<const Vec16*>(prepared)[i];
   }
   __syncthreads();
-  const unsigned* const s_key = s_prep.key;
-  const float* const s_mid = s_prep.mid;
-  const unsigned char* const s_s2c = s_prep.s2c;
 
   const long long nblocks = (n + BLOCKSIZE - 1) / BLOCKSIZE;
   const long long ntiles = (nblocks + QPT - 1) / QPT;
@@ -225,19 +235,9 @@ __global__ void __launch_bounds__(THREADS)
     const float amax = group_absmax<G>(mb, s_red, group);
     if (!active) continue;
     if (gl == 0) absmax[qb] = amax;
-    // Ordinary blocks scale with numerics.cuh's ScaleFast and look the code up; nonzero quotients below 2^-19
-    // (where ScaleFast may be an ulp off), values in marked buckets, and blocks of absmax 0, inf, NaN or beyond
-    // 2^+-60 take code_exact.
     const bool fast = FastScaleOk(amax);
     const float y = fast ? __frcp_rn(amax) : 0.0f;
-    const auto code_of = [&](float xv) -> unsigned char {
-      if (fast) {
-        const float s = ScaleFast(xv, amax, y);
-        unsigned c;
-        if (cb8::LookupCode(s_key, s_mid, s, &c) && !(fabsf(s) < 0x1p-19f && xv != 0.0f)) return (unsigned char)c;
-      }
-      return bw8::code_exact(xv, amax, s_mid, s_s2c);
-    };
+    const auto code_of = [&](float xv) { return bw8::code_in_block(xv, amax, fast, y, s_prep); };
     if (full) {
       unsigned char c[PER];
 #pragma unroll

@@ -59,8 +59,9 @@ void CheckNotEmpty(const char* op, const char* arg, const at::Tensor& t) {
               "one element");
 }
 
-void CheckSameDevice(const char* op, const char* arg, const at::Tensor& t, const at::Tensor& ref) {
-  TORCH_CHECK(t.device() == ref.device(), "bnb::", op, ": ", arg, " is on ", t.device(), " but A is on ",
+void CheckSameDevice(const char* op, const char* arg, const at::Tensor& t, const at::Tensor& ref,
+                     const char* ref_name) {
+  TORCH_CHECK(t.device() == ref.device(), "bnb::", op, ": ", arg, " is on ", t.device(), " but ", ref_name, " is on ",
               ref.device());
 }
 

@@ -32,7 +32,9 @@ int64_t CheckedNumel(const char* op, const char* arg, at::IntArrayRef sizes);
 
 void CheckDType(const char* op, const char* arg, const at::Tensor& t, c10::ScalarType want);
 void CheckNotEmpty(const char* op, const char* arg, const at::Tensor& t);
-void CheckSameDevice(const char* op, const char* arg, const at::Tensor& t, const at::Tensor& ref);
+// t on ref's device; ref_name names ref in the error (the op's main tensor: A, or p for the optimizers).
+void CheckSameDevice(const char* op, const char* arg, const at::Tensor& t, const at::Tensor& ref,
+                     const char* ref_name = "A");
 // Blocks of `blocksize` covering n elements, on symbolic sizes (bnb::core::NumBlocks for the Meta kernels).
 inline c10::SymInt NumBlocks(const c10::SymInt& n, int64_t blocksize) { return (n + blocksize - 1) / blocksize; }
 

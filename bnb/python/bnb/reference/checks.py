@@ -34,8 +34,8 @@ def not_empty(op: str, arg: str, t: torch.Tensor) -> None:
     check(t.numel() != 0, f"bnb::{op}: {arg} is empty (shape {list(t.shape)}); expected at least one element")
 
 
-def same_device(op: str, arg: str, t: torch.Tensor, ref: torch.Tensor) -> None:
-    check(t.device == ref.device, f"bnb::{op}: {arg} is on {t.device} but A is on {ref.device}")
+def same_device(op: str, arg: str, t: torch.Tensor, ref: torch.Tensor, ref_name: str = "A") -> None:
+    check(t.device == ref.device, f"bnb::{op}: {arg} is on {t.device} but {ref_name} is on {ref.device}")
 
 
 def numel_is(op: str, arg: str, t: torch.Tensor, want: int, why: str) -> None:
@@ -52,11 +52,12 @@ def num_blocks(n: int, bs: int) -> int:
     return -(-n // bs)
 
 
-def float32_tensor(op: str, arg: str, t: torch.Tensor, A: torch.Tensor, numel: int, why: str) -> None:
+def float32_tensor(op: str, arg: str, t: torch.Tensor, A: torch.Tensor, numel: int, why: str,
+                   ref_name: str = "A") -> None:
     """A float32 tensor of `numel` values, of any shape, on A's device: how the kernels take absmax and code."""
     dtype_is(op, arg, t, torch.float32)
     numel_is(op, arg, t, numel, why)
-    same_device(op, arg, t, A)
+    same_device(op, arg, t, A, ref_name)
 
 
 def finite_code(op: str, code: torch.Tensor, arg: str = "") -> None:

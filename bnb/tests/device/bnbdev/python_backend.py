@@ -25,8 +25,12 @@ def _kernel(name: str, op: torch._ops.OpOverload):
         host_args, host_kwargs = pytree.tree_map_only(torch.Tensor, torch.Tensor.cpu, (args, kwargs))
         result = op(*host_args, **host_kwargs)
         for i in written:  # what the op wrote on the host goes back into the caller's device tensors
-            target, source = (args[i], host_args[i]) if i < len(args) else (kwargs[names[i]], host_kwargs[names[i]])
-            target.copy_(source)
+            if i < len(args):
+                target, source = args[i], host_args[i]
+            else:
+                target, source = kwargs.get(names[i]), host_kwargs.get(names[i])
+            if target is not None:  # an optional argument left out
+                target.copy_(source)
         return pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), result)
 
     return run
