@@ -9,6 +9,7 @@ import torch
 import bnb.config
 import cpu_blockwise4
 import cpu_blockwise8
+import cpu_optim
 import timing
 
 
@@ -38,6 +39,16 @@ def test_blockwise8_bench_prints_every_row(capsys):
         assert found[f"copy {dtype}"][2] == 100
     assert_timed(found, ["quantize_blockwise, new output"])
     assert out.count("thread scaling:") == 2
+
+
+def test_optim_bench_prints_every_row(capsys):
+    cpu_optim.main(["--elements", str(1 << 16), "--repeat", "1"])
+    out = capsys.readouterr().out
+    names = ["copy float32 (the parameter)", "torch AdamW fused", "torch AdamW foreach",
+             "bnb AdamW 32-bit (the update op)", "bnb AdamW 8-bit (the update op)"]
+    assert_timed(rows(out), names)
+    ratios = re.findall(r"^  (.+?)\s+(\d+\.\d+)x$", out, re.M)
+    assert set(names[2:]) <= {name for name, _ in ratios} and all(float(r) > 0 for _, r in ratios)
 
 
 def test_blockwise4_bench_prints_every_row(capsys):

@@ -89,10 +89,17 @@ def print_bandwidth_table(cases, rounds: int, width: int) -> None:
     """Times cases of (name, fn, bytes read plus written), the first copy_case's, in rounds (round_seconds), and
     prints a row each: ms and GB/s of its fastest round, and "% of copy", the median over rounds of its throughput
     against the copy's in the same round. Throughput counts the same bytes as the copy's, so the percentages
-    compare like with like."""
+    compare like with like. Returns each case's seconds per round (round_seconds)."""
     times = round_seconds([fn for _, fn, _ in cases], rounds)
     copy_bytes, copy_times = cases[0][2], times[0]
     for (name, _, nbytes), ts in zip(cases, times):
         ratios = sorted((nbytes / t) / (copy_bytes / c) for t, c in zip(ts, copy_times))
         print(f"{name:<{width}}{min(ts) * 1e3:>9.3f}{nbytes / min(ts) / 1e9:>9.2f}"
               f"{100 * ratios[len(ratios) // 2]:>10.0f}%")
+    return times
+
+
+def median_ratio(times, base_times) -> float:
+    """The median over rounds of a case's time against a base case's in the same round."""
+    ratios = sorted(t / b for t, b in zip(times, base_times))
+    return ratios[len(ratios) // 2]
