@@ -6,6 +6,7 @@
 #include "bnb/jit/blockwise8.h"
 #include "bnb/jit/kernel_registry.h"
 #include "bnb/jit/launch.h"
+#include "bnb/jit/launch_shape.h"
 #include "bnb/jit/threads_per_block.h"
 
 namespace bnb::jit {
@@ -17,11 +18,6 @@ constexpr const char* kQuantizeColumns = "int8_quantize_columns";
 constexpr const char* kDequantizeRows = "int8_dequantize_rows";
 constexpr const char* kDequantizeProduct = "int8_dequantize_product";
 constexpr core::DType kTypes[] = {core::DType::kFloat32, core::DType::kFloat16, core::DType::kBFloat16};
-
-// CTAs for n elements, a thread each, striding beyond (the kernels loop): enough to fill any GPU.
-Dim3 ElementGrid(int64_t n, int threads) {
-  return Dim3{static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, int64_t{1} << 16))};
-}
 
 absl::StatusOr<LoadedKernel> Get(KernelCache& cache, int device, const std::string& entry, core::DType dtype,
                                  core::DType bias, int threads) {

@@ -6,6 +6,10 @@
 
 namespace bnb::jit {
 
+Dim3 ElementGrid(int64_t n, int threads) {
+  return Dim3{static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, int64_t{1} << 16))};
+}
+
 Dim3 BlockTileGrid(int64_t n, int64_t blocksize, int threads, int64_t per_thread, const DeviceInfo& device,
                    int ctas_per_sm) {
   const int64_t per_block_threads = blocksize / per_thread;

@@ -12,6 +12,9 @@
 
 namespace bnb::jit {
 
+// CTAs of `threads` for n elements, a thread each, for kernels that stride over the rest: enough to fill any GPU.
+Dim3 ElementGrid(int64_t n, int threads);
+
 // Grid for n elements in quant blocks of `blocksize`, each thread taking `per_thread` elements of a block: one CTA
 // per tile of threads * per_thread / blocksize quant blocks, at most as many CTAs as the device holds at once,
 // `ctas_per_sm` on each multiprocessor (the kernels stride over the rest). A grid sized for more than fit runs

@@ -65,11 +65,6 @@ opt::Scalars ScalarsOf(const core::OptimStep& s, float clip_limit) {
   return k;
 }
 
-// CTAs for n elements, a thread each, striding beyond (the kernels loop): enough to fill any GPU.
-Dim3 ElementGrid(int64_t n, int threads) {
-  return Dim3{static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, int64_t{1} << 16))};
-}
-
 absl::StatusOr<LoadedKernel> Get(KernelCache& cache, int device, const char* entry, core::OptimRule rule,
                                  core::DType dtype, int threads) {
   absl::StatusOr<KernelSpec> spec = OptimSpec(entry, rule, dtype, threads, "");

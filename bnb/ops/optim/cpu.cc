@@ -1,8 +1,6 @@
-// The optimizer ops on the CPU: bnb/core's updates over torch's thread pool, on contiguous copies written back when
-// a tensor was not contiguous.
+// The optimizer ops on the CPU: bnb/core's updates over torch's thread pool.
 #include <memory>
 #include <mutex>
-#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "bnb/core/blockwise8.h"
@@ -14,29 +12,22 @@ namespace bnb::ops::optim {
 namespace {
 
 std::shared_ptr<const core::PreparedCodebook> PrepareCode(const char* op, const char* arg, const at::Tensor& code) {
-  const at::Tensor c = code.contiguous();
-  auto cb = core::PrepareCodebookCached(c.data_ptr<float>(), c.numel());
+  auto cb = core::PrepareCodebookCached(code.data_ptr<float>(), code.numel());
   if (!cb.ok()) ThrowIfError(op, absl::Status(cb.status().code(), absl::StrCat(arg, ": ", cb.status().message())));
   return *cb;
 }
-
-float* FloatsOrNull(const c10::optional<at::Tensor>& t) { return t.has_value() ? t->data_ptr<float>() : nullptr; }
 
 struct Cpu {
   static constexpr bool kIsMeta = false;
 
   static void Update32(const char* op, const Update& u, at::Tensor& g, at::Tensor& p, at::Tensor& state1,
                        const c10::optional<at::Tensor>& state2, const c10::optional<at::Tensor>& unorm_vec) {
-    const at::Tensor gc = Contiguous(g);
-    at::Tensor pc = Contiguous(p), s1 = Contiguous(state1);
-    c10::optional<at::Tensor> s2;
-    if (state2.has_value()) s2 = Contiguous(*state2);
     const int64_t n = u.n;
-    const void* gp = gc.data_ptr();
-    void* pp = pc.data_ptr();
-    float* m = s1.data_ptr<float>();
+    const void* gp = g.data_ptr();
+    void* pp = p.data_ptr();
+    float* m = state1.data_ptr<float>();
     float* m2 = u.kind.rule == core::OptimRule::kAdEMAMix ? m + n : nullptr;
-    float* v = FloatsOrNull(s2);
+    float* v = DataOrNull<float>(state2);
     core::OptimStep step = u.step;
     if (u.max_unorm > 0.0) {
       // The update direction's squared norm, summed per task in float64 (before any state changes).
@@ -48,19 +39,14 @@ struct Cpu {
         sum += part;
       });
       // Lion clips by the norm the previous step stored; the others by this step's.
-      at::Tensor& norm = const_cast<at::Tensor&>(*unorm_vec);
-      const bool one_state = !u.kind.two_states;
-      if (u.kind.rule != core::OptimRule::kLion) norm.fill_(sum);
-      step.clip = core::OptimClip(norm.to(at::kCPU).reshape({}).item<float>(), u.max_unorm, u.param_norm, u.eps,
-                                  one_state);
-      if (u.kind.rule == core::OptimRule::kLion) norm.fill_(sum);
+      if (u.kind.rule != core::OptimRule::kLion) unorm_vec->fill_(sum);
+      step.clip = core::OptimClip(unorm_vec->reshape({}).item<float>(), u.max_unorm, u.param_norm, u.eps,
+                                  !u.kind.two_states);
+      if (u.kind.rule == core::OptimRule::kLion) unorm_vec->fill_(sum);
     }
     ParallelOverBlocks(op, n, 1, [&](int64_t i0, int64_t i1) {
       core::OptimizerUpdate32(step, u.dtype, gp, pp, m, m2, v, i0, i1);
     });
-    WriteBack(p, pc);
-    WriteBack(state1, s1);
-    if (state2.has_value()) WriteBack(const_cast<at::Tensor&>(*state2), *s2);
   }
 
   static void Update8(const char* op, const Update& u, at::Tensor& g, at::Tensor& p, at::Tensor& state1,
@@ -70,29 +56,19 @@ struct Cpu {
     const auto cb1 = PrepareCode(op, "qmap1", qmap1);
     std::shared_ptr<const core::PreparedCodebook> cb2;
     if (qmap2.has_value()) cb2 = PrepareCode(op, "qmap2", *qmap2);
-    const at::Tensor gc = Contiguous(g);
-    at::Tensor pc = Contiguous(p), s1 = Contiguous(state1), a1 = Contiguous(absmax1);
-    c10::optional<at::Tensor> s2, a2;
-    if (state2.has_value()) s2 = Contiguous(*state2);
-    if (absmax2.has_value()) a2 = Contiguous(*absmax2);
     const int64_t n = u.n, blocks = core::NumBlocks(n, core::kOptimizerBlocksize);
     const bool ademamix = u.kind.rule == core::OptimRule::kAdEMAMix;
-    const void* gp = gc.data_ptr();
-    void* pp = pc.data_ptr();
-    uint8_t* q1 = s1.data_ptr<uint8_t>();
+    const void* gp = g.data_ptr();
+    void* pp = p.data_ptr();
+    uint8_t* q1 = state1.data_ptr<uint8_t>();
     uint8_t* q1b = ademamix ? q1 + n : nullptr;  // ademamix: [m1 codes, m2 codes], [m1 absmax, m2 absmax]
-    uint8_t* q2 = s2.has_value() ? s2->data_ptr<uint8_t>() : nullptr;
-    float* am1 = a1.data_ptr<float>();
+    uint8_t* q2 = DataOrNull<uint8_t>(state2);
+    float* am1 = absmax1.data_ptr<float>();
     float* am1b = ademamix ? am1 + blocks : nullptr;
-    float* am2 = FloatsOrNull(a2);
+    float* am2 = DataOrNull<float>(absmax2);
     ParallelOverBlocks(op, blocks, core::kOptimizerBlocksize, [&](int64_t b0, int64_t b1) {
       core::OptimizerUpdate8(u.step, u.dtype, gp, pp, q1, q1b, q2, *cb1, cb2.get(), am1, am1b, am2, n, b0, b1);
     });
-    WriteBack(p, pc);
-    WriteBack(state1, s1);
-    WriteBack(absmax1, a1);
-    if (state2.has_value()) WriteBack(const_cast<at::Tensor&>(*state2), *s2);
-    if (absmax2.has_value()) WriteBack(const_cast<at::Tensor&>(*absmax2), *a2);
   }
 };
 

@@ -4,8 +4,9 @@
 //
 //   struct MyBackend {
 //     static constexpr bool kIsMeta = false;  // true: checks only, and none of the functions below
-//     // 32-bit states (float32). `step` holds the scalars (bnb/core/optim.h); clip is still 1: the backend applies
-//     // the trust ratio where max_unorm > 0 (UpdateNorm below says how).
+//     // Every tensor argument is contiguous (Ops passes contiguous copies and writes them back). 32-bit states
+//     // (float32): `u.step` holds the scalars (bnb/core/optim.h), its clip still 1: the backend applies the trust
+//     // ratio where max_unorm > 0 (the reference says how; lion clips by the norm stored before).
 //     static void Update32(const char* op, const Update& u, at::Tensor& g, at::Tensor& p, at::Tensor& state1,
 //                          const c10::optional<at::Tensor>& state2, const c10::optional<at::Tensor>& unorm_vec);
 //     // 8-bit blockwise states: codes, codebooks qmap1 / qmap2 and per-block absmax (blocks of 256).
@@ -49,10 +50,39 @@ void CheckCodebooks(const char* op, const core::OptimKind& kind, c10::string_vie
                     const at::Tensor& qmap1, const c10::optional<at::Tensor>& qmap2, const at::Tensor& absmax1,
                     const c10::optional<at::Tensor>& absmax2);
 
-// t itself when contiguous, else a contiguous copy; Written(t, c) copies c back into t when they differ.
-inline at::Tensor Contiguous(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
-inline void WriteBack(at::Tensor& t, const at::Tensor& c) {
-  if (!c.is_same(t)) t.copy_(c);
+// The tensors an update writes, each contiguous: the argument itself, or a copy that Finish() writes back into it.
+class Contiguous {
+ public:
+  explicit Contiguous(const at::Tensor& t) : arg_(t), c_(t.is_contiguous() ? t : t.contiguous()) {}
+  at::Tensor& get() { return c_; }
+  void Finish() {
+    if (!c_.is_same(arg_)) arg_.copy_(c_);
+  }
+
+ private:
+  const at::Tensor& arg_;
+  at::Tensor c_;
+};
+
+// An optional tensor's contiguous form (Contiguous), or none.
+class MaybeContiguous {
+ public:
+  explicit MaybeContiguous(const c10::optional<at::Tensor>& t) {
+    if (t.has_value()) c_.emplace(*t);
+  }
+  c10::optional<at::Tensor> get() { return c_.has_value() ? c10::optional<at::Tensor>(c_->get()) : c10::nullopt; }
+  void Finish() {
+    if (c_.has_value()) c_->Finish();
+  }
+
+ private:
+  c10::optional<Contiguous> c_;
+};
+
+// Pointers into a contiguous optional tensor, null where it is absent.
+template <class T>
+T* DataOrNull(const c10::optional<at::Tensor>& t) {
+  return t.has_value() ? t->data_ptr<T>() : nullptr;
 }
 
 template <class Backend>
@@ -70,7 +100,12 @@ struct Ops {
                      core::MakeOptimStep(kind.rule, false, beta1, beta2, beta3, alpha, eps, weight_decay, step, lr,
                                          gnorm_scale, skip_zeros),
                      p.numel(), max_unorm, param_norm, eps};
-      Backend::Update32(op, u, g, p, state1, state2, unorm_vec);
+      Contiguous gc(g), pc(p), s1(state1);
+      MaybeContiguous s2(state2);
+      Backend::Update32(op, u, gc.get(), pc.get(), s1.get(), s2.get(), unorm_vec);
+      pc.Finish();
+      s1.Finish();
+      s2.Finish();
     }
   }
 
@@ -88,7 +123,14 @@ struct Ops {
                      core::MakeOptimStep(kind.rule, true, beta1, beta2, beta3, alpha, eps, weight_decay, step, lr,
                                          gnorm_scale, skip_zeros),
                      p.numel(), 0.0, 0.0, eps};
-      Backend::Update8(op, u, g, p, state1, state2, qmap1, qmap2, absmax1, absmax2);
+      Contiguous gc(g), pc(p), s1(state1), c1(qmap1), a1(absmax1);
+      MaybeContiguous s2(state2), c2(qmap2), a2(absmax2);
+      Backend::Update8(op, u, gc.get(), pc.get(), s1.get(), s2.get(), c1.get(), c2.get(), a1.get(), a2.get());
+      pc.Finish();
+      s1.Finish();
+      a1.Finish();
+      s2.Finish();
+      a2.Finish();
     }
   }
 
