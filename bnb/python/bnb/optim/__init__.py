@@ -22,8 +22,10 @@ Differences from bitsandbytes 0.50, each deliberate:
 - load_state_dict checks everything it loads (keys, dtypes, shapes, codebooks, block scales, hyperparameters)
   before changing anything, copies the tensors (never shares them with the state dict), and fills in what a
   bitsandbytes state dict may lack: gnorm_vec and unorm_vec are made when first needed.
-- An override by register_module_override merges into the parameter's other overrides (bitsandbytes replaces
-  them), and override_config keeps a dict per parameter (bitsandbytes shares one among the parameters given).
+- register_module_override's override applies to that tensor only and merges into its other overrides
+  (bitsandbytes replaces them, and also records the parameter's position, where the parameter of any other
+  optimizer at that position took the override too); override_config keeps a dict per parameter (bitsandbytes
+  shares one among the parameters given).
 - AdEMAMix32bit keeps AdEMAMix's [2, *shape] state1 (it derives from AdEMAMix).
 - No CUDA synchronization after each parameter's update (bitsandbytes synchronizes there).
 """

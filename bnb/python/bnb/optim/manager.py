@@ -4,7 +4,9 @@ for an embedding while the rest of the model keeps 8-bit state.
 Parameters are known by id(): an override set on a tensor applies to that tensor. register_parameters(), called
 while the model is still where it was made, also records the overrides by position (group index, parameter index),
 so that they survive a move that makes new tensors (tensor.to(device) for a plain tensor; Module.to() keeps the
-Parameter objects). register_module_override(module, "weight", config) applies at the optimizer's first step.
+Parameter objects); as in bitsandbytes, such a position applies to every optimizer's parameter at it. Only
+overrides set before register_parameters are recorded so. register_module_override(module, "weight", config)
+applies to that tensor at the optimizer's first step.
 """
 
 from __future__ import annotations

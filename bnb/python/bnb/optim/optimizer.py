@@ -141,12 +141,10 @@ class Optimizer8bit(torch.optim.Optimizer):
             if not isinstance(target, torch.Tensor):
                 checks.fail(self._owner, f"register_module_override: {type(module).__name__}.{attr} is not a "
                                          f"tensor (got {type(target).__name__})")
-            for gindex, group in enumerate(self.param_groups):
-                for pindex, p in enumerate(group["params"]):
-                    if p is target:
-                        merged = self.mng.pid2config.setdefault(id(p), {})
-                        merged.update(config)
-                        self.mng.index2config[(gindex, pindex)] = merged
+            if any(p is target for group in self.param_groups for p in group["params"]):
+                # By the tensor only: bitsandbytes also records the position (group, index), where every other
+                # optimizer's parameter at that position would take the override too.
+                self.mng.pid2config.setdefault(id(target), {}).update(config)
 
     # ----- state ---------------------------------------------------------------------------------------------------
 
