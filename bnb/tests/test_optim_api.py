@@ -310,6 +310,9 @@ BAD = [
     (lambda sd: sd["param_groups"][0]["params"].append(1), r"param_groups\[0\] has 2 parameters in the state dict, "
      r"1 in the optimizer"),
     (lambda sd: sd.pop("state"), r"the state dict has no 'state'"),
+    (lambda sd: sd.update(state=[]), r"'state' must be a dict of parameter index to state, got list"),
+    (lambda sd: sd["param_groups"][0].pop("params"), r"'param_groups' must be a list of dicts, each with a 'params' "
+     r"list"),
 ]
 
 

@@ -25,7 +25,8 @@ class LARS(Optimizer1State):
 
 
 class LARS8bit(Optimizer1State):
-    """LARS with 8-bit state (no trust ratio there; parameters below min_8bit_size keep 32-bit state and it)."""
+    """LARS with 8-bit state: no trust ratio there (parameters smaller than min_8bit_size keep 32-bit state, with
+    it)."""
 
     _beta_names = ("momentum", "dampening")
 

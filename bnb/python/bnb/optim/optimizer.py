@@ -5,8 +5,13 @@ state) or optimizer_update_8bit_blockwise (uint8 codes with a float32 scale per 
 
 A parameter gets 8-bit state where optim_bits is 8 and it has at least min_8bit_size elements (4096 by default);
 smaller ones (biases, norms) keep 32-bit state. The state's dtype, not the configuration, decides each update, so a
-loaded state dict's state is used as it is. The update of each parameter is one call of an opaque custom op: under
-torch.compile it is one node of the graph.
+loaded state dict's state is used as it is.
+
+Under torch.compile each parameter's update is one call of an opaque custom op, one node of the graph. The step
+count and the hyperparameters reach the op as Python numbers (its schema's int and float arguments, as
+bitsandbytes'), so dynamo specializes each step's graph on the step count and compiles it again at the next step,
+until its recompile limit (8 by default) sends that frame back to eager execution; results are the same either way.
+max_unorm > 0 and percentile_clipping < 100 read values off the device (a graph break each).
 """
 
 from __future__ import annotations
@@ -52,8 +57,8 @@ def refuse(owner: str, cond: bool, message: str) -> None:
 
 
 class Optimizer8bit(torch.optim.Optimizer):
-    """Base of bnb's optimizers (module doc). Subclasses set _optimizer_name's state layout by _two_states and
-    _halves, and implement init_state and update_step."""
+    """Base of bnb's optimizers (module doc): the state layout of a subclass is set by _two_states (state2 too)
+    and _halves (2: state1 holds two states); self.optimizer_name names the op's update."""
 
     _FSDP_WRAPPED_QUANT_STATE_KEY = sd.WRAP_KEY
     _two_states = False
@@ -307,8 +312,15 @@ class Optimizer8bit(torch.optim.Optimizer):
             if key not in state_dict:
                 checks.fail(owner, f"load_state_dict: the state dict has no '{key}' (keys: "
                                    f"{', '.join(map(str, state_dict))})")
+        if not isinstance(state_dict["state"], dict):
+            checks.fail(owner, f"load_state_dict: 'state' must be a dict of parameter index to state, got "
+                               f"{type(state_dict['state']).__name__}")
         groups = self.param_groups
-        saved_groups = deepcopy(state_dict["param_groups"])
+        saved_groups = state_dict["param_groups"]
+        if not isinstance(saved_groups, (list, tuple)) or not all(
+                isinstance(s, dict) and isinstance(s.get("params"), (list, tuple)) for s in saved_groups):
+            checks.fail(owner, "load_state_dict: 'param_groups' must be a list of dicts, each with a 'params' list")
+        saved_groups = deepcopy(saved_groups)
         if len(groups) != len(saved_groups):
             checks.fail(owner, f"load_state_dict: the state dict has {len(saved_groups)} parameter groups, the "
                                f"optimizer {len(groups)}")
