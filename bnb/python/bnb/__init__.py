@@ -10,7 +10,7 @@ import torch  # noqa: F401  (bnb._C links libtorch: torch must be loaded first)
 from . import _C  # registers the operators' schemas and C++ kernels
 from . import autograd as _autograd
 from . import reference as _reference
-from . import backends, config, functional, jit, nn, utils
+from . import backends, config, functional, jit, nn, optim, utils
 from .autograd import matmul_4bit
 from .autograd_int8 import MatmulLtState, matmul
 from .functional import QuantState
@@ -23,5 +23,5 @@ config._warn_unknown_env_vars()
 jit._locate_nvrtc()
 backends.load_all()  # last: a backend's kernels go on top of bnb's own, and it may use all of bnb
 
-__all__ = ["backends", "config", "functional", "jit", "matmul", "matmul_4bit", "MatmulLtState", "nn", "QuantState",
-           "utils", "__version__"]
+__all__ = ["backends", "config", "functional", "jit", "matmul", "matmul_4bit", "MatmulLtState", "nn", "optim",
+           "QuantState", "utils", "__version__"]

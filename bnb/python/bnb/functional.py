@@ -1,5 +1,5 @@
-"""bitsandbytes-compatible functional API: blockwise 8-bit and 4-bit quantization with QuantState, codebooks, and
-LLM.int8()'s int8 helpers, over torch.ops.bnb.*."""
+"""bitsandbytes-compatible functional API: blockwise 8-bit and 4-bit quantization with QuantState, codebooks,
+LLM.int8()'s int8 helpers and the optimizer updates, over torch.ops.bnb.*."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ __all__ = [
     "quantize_4bit", "dequantize_4bit", "quantize_nf4", "quantize_fp4", "dequantize_nf4", "dequantize_fp4",
     "gemv_4bit", "has_avx512bf16", "create_linear_map", "create_normal_map", "create_fp8_map",
     "int8_vectorwise_quant", "int8_vectorwise_dequant", "int8_double_quant", "int8_linear_matmul", "int8_mm_dequant",
-    "int8_scaled_mm",
+    "int8_scaled_mm", "optimizer_update_32bit", "optimizer_update_8bit_blockwise", "percentile_clipping",
 ]
 
 _BLOCKSIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -386,3 +386,68 @@ def int8_scaled_mm(A: torch.Tensor, B: torch.Tensor, row_stats: torch.Tensor, co
                    bias: Optional[torch.Tensor] = None, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """int8_mm_dequant(int8_linear_matmul(A, B), row_stats, col_stats, bias) in one op (float16 by default)."""
     return torch.ops.bnb.int8_scaled_mm(A, B, row_stats, col_stats, bias, dtype)
+
+
+# Optimizer updates (bnb.optim's): bitsandbytes' wrappers of torch.ops.bnb.optimizer_update_*, and its percentile
+# clipping in plain torch.
+
+def optimizer_update_32bit(optimizer_name: str, g: torch.Tensor, p: torch.Tensor, state1: torch.Tensor, beta1: float,
+                           eps: float, step: int, lr: float, state2: Optional[torch.Tensor] = None,
+                           beta2: float = 0.0, beta3: float = 0.0, alpha: float = 0.0, weight_decay: float = 0.0,
+                           gnorm_scale: float = 1.0, unorm_vec: Optional[torch.Tensor] = None,
+                           max_unorm: float = 0.0, skip_zeros: bool = False) -> None:
+    """One in-place update of p and its float32 state(s) (bnb.reference.optim defines it). With max_unorm > 0 the
+    update's norm is clipped to max_unorm * ||p|| (LAMB / LARS's trust ratio; ||p|| taken here, before the update,
+    as bitsandbytes does), through unorm_vec (one float32)."""
+    param_norm = 0.0
+    if max_unorm > 0.0:
+        param_norm = torch.linalg.vector_norm(p.detach().float()).item()
+    if isinstance(gnorm_scale, torch.Tensor):
+        gnorm_scale = gnorm_scale.item()
+    torch.ops.bnb.optimizer_update_32bit(optimizer_name, g, p, state1, state2, unorm_vec, max_unorm, param_norm,
+                                         beta1, beta2, beta3, alpha, eps, weight_decay, step, lr, gnorm_scale,
+                                         skip_zeros)
+
+
+def optimizer_update_8bit_blockwise(optimizer_name: str, g: torch.Tensor, p: torch.Tensor, state1: torch.Tensor,
+                                    state2: Optional[torch.Tensor], beta1: float, beta2: float, beta3: float,
+                                    alpha: float, eps: float, step: int, lr: float, qmap1: torch.Tensor,
+                                    qmap2: Optional[torch.Tensor], absmax1: torch.Tensor,
+                                    absmax2: Optional[torch.Tensor], weight_decay: float = 0.0,
+                                    gnorm_scale: float = 1.0, skip_zeros: bool = False) -> None:
+    """One in-place update of p and its 8-bit state(s): uint8 codes into qmap1 / qmap2 (256 values each), scaled by
+    absmax1 / absmax2 per block of 256, dequantized, updated and quantized again."""
+    if isinstance(gnorm_scale, torch.Tensor):
+        gnorm_scale = gnorm_scale.item()
+    torch.ops.bnb.optimizer_update_8bit_blockwise(optimizer_name, g, p, state1, state2, beta1, beta2, beta3, alpha,
+                                                  eps, step, lr, qmap1, qmap2, absmax1, absmax2, weight_decay,
+                                                  gnorm_scale, skip_zeros)
+
+
+def percentile_clipping(grad: torch.Tensor, gnorm_vec: torch.Tensor, step: int, percentile: int = 5):
+    """bitsandbytes' percentile clipping: gnorm_vec (float32 [100]) keeps the squared gradient norms of the last 100
+    steps; this step's goes to slot step % 100 (at step 1 it is added to every slot, which starts the history).
+    Returns (this step's norm, the clip value: the square root of the `percentile`-th smallest of the 100, and
+    gnorm_scale: clip / norm where the norm exceeds the clip, else 1.0, as a float), for the update's gnorm_scale.
+    The squared norm is summed in float64 and rounded to float32 (bitsandbytes' kernel sums in float32)."""
+    if not isinstance(gnorm_vec, torch.Tensor) or gnorm_vec.dtype != torch.float32 or gnorm_vec.shape != (100,):
+        what = (f"a {str(gnorm_vec.dtype).removeprefix('torch.')} tensor of shape {list(gnorm_vec.shape)}"
+                if isinstance(gnorm_vec, torch.Tensor) else type(gnorm_vec).__name__)
+        raise ValueError(f"percentile_clipping: gnorm_vec must be a float32 tensor of shape [100], got {what}")
+    if gnorm_vec.device != grad.device:
+        raise ValueError(f"percentile_clipping: gnorm_vec is on {gnorm_vec.device} but grad is on {grad.device}")
+    if not isinstance(percentile, int) or isinstance(percentile, bool) or not 0 <= percentile < 100:
+        raise ValueError(f"percentile_clipping: percentile must be an int in [0, 100), got {percentile!r}")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+        raise ValueError(f"percentile_clipping: step counts from 1, got {step!r}")
+    squared = grad.detach().double().square().sum().float()
+    slot = step % 100
+    gnorm_vec[slot] = 0.0
+    if step == 1:
+        gnorm_vec += squared
+    else:
+        gnorm_vec[slot] += squared
+    current_gnorm = torch.sqrt(gnorm_vec[slot])
+    clip_value = torch.sqrt(torch.sort(gnorm_vec).values[percentile])
+    gnorm_scale = (clip_value / current_gnorm).item() if bool(current_gnorm > clip_value) else 1.0
+    return current_gnorm, clip_value, gnorm_scale
