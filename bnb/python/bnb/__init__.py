@@ -10,7 +10,7 @@ import torch  # noqa: F401  (bnb._C links libtorch: torch must be loaded first)
 from . import _C  # registers the operators' schemas and C++ kernels
 from . import autograd as _autograd
 from . import reference as _reference
-from . import backends, config, functional, jit, nn, optim, utils
+from . import backends, config, functional, jit, nn, utils
 from .autograd import matmul_4bit
 from .autograd_int8 import MatmulLtState, matmul
 from .functional import QuantState
@@ -22,6 +22,17 @@ _autograd.register()
 config._warn_unknown_env_vars()
 jit._locate_nvrtc()
 backends.load_all()  # last: a backend's kernels go on top of bnb's own, and it may use all of bnb
+
+
+
+def __getattr__(name: str):
+    """bnb.optim on first use: it imports torch.optim (and through it torch.profiler), a sixth of import bnb's own
+    time, which inference never needs. `import bnb.optim` works as usual."""
+    if name == "optim":
+        import importlib
+        return importlib.import_module(".optim", __name__)
+    raise AttributeError(f"module 'bnb' has no attribute {name!r}")
+
 
 __all__ = ["backends", "config", "functional", "jit", "matmul", "matmul_4bit", "MatmulLtState", "nn", "optim",
            "QuantState", "utils", "__version__"]
