@@ -52,7 +52,7 @@ __device__ __forceinline__ void store_codes(unsigned char* p, const unsigned cha
       v.w[1] = w[4 * i + 1];
       v.w[2] = w[4 * i + 2];
       v.w[3] = w[4 * i + 3];
-      reinterpret_cast<Vec16*>(p)[i] = v;
+      store16(p + 16 * i, v);
     }
   } else if constexpr (PER == 8) {
     reinterpret_cast<unsigned long long*>(p)[0] = (unsigned long long)w[0] | ((unsigned long long)w[1] << 32);
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
       for (int k = 0; k < PER; ++k) v[k] = bw8::mul_like_host(s_val[c[k]], a);
 #pragma unroll
-      for (int k = 0; k < NV; ++k) reinterpret_cast<Vec16*>(out + start)[k] = Elem<T>::pack(v + k * VEC);
+      for (int k = 0; k < NV; ++k) store16(out + start + k * VEC, Elem<T>::pack(v + k * VEC));
     } else {
 #pragma unroll 1
       for (int k = 0; k < PER && start + k < n; ++k) {
