@@ -1,11 +1,17 @@
 // CUDA blockwise 8-bit kernels against bnb/core's scalar CPU definition, bit for bit: codes, absmax and
 // dequantized values, for every dtype, several blocksizes and thread counts, partial last blocks, misaligned
 // buffers and special values. Runs the jit stack alone (no torch). Skipped, with the reason, without a GPU.
+#include <stdlib.h>  // mkdtemp
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "bnb/core/blockwise8.h"
@@ -133,8 +139,11 @@ TEST_F(CudaTest, UnsortedCodebookWithTies) {
 }
 
 TEST_F(CudaTest, LoadsFromDiskInAFreshCache) {
+  // A directory of this run's own: a fixed one (TEST_TMPDIR is unset outside Bazel) keeps the kernels of the
+  // previous run, and the first cache would find them on disk instead of compiling.
   const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/cuda_disk";
+  std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/bnb_cuda_disk_XXXXXX";
+  ASSERT_NE(mkdtemp(&dir[0]), nullptr) << "mkdtemp " << dir << ": " << std::strerror(errno);
   KernelCache first(KernelCacheOptions{nullptr, DiskCacheOptions{dir, true, nullptr}, nullptr});
   const std::vector<float> dynamic = *core::CreateDynamicMap();
   // Three kernels: prepare_codebook8 and quantize_blockwise8 (quantize's two launches), dequantize_blockwise8.
@@ -146,6 +155,8 @@ TEST_F(CudaTest, LoadsFromDiskInAFreshCache) {
   EXPECT_EQ(second.GetStats().disk_hits, 3);
   std::printf("disk hit load: %.3f ms per kernel; compile: %.1f ms per kernel\n",
               second.GetStats().disk_load_ms / 3, first.GetStats().compile_ms / 3);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace

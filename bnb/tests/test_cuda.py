@@ -35,11 +35,13 @@ def test_cuda_equals_cpu(dtype, blocksize):
 
 def test_launch_orders_with_work_on_a_side_stream():
     big = torch.randn(1 << 26, device="cuda")
+    code = CODE.cuda()
     side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())  # big and code are written on the default stream
     with torch.cuda.stream(side):
         big.mul_(0).add_(1)  # queued before the op on the same stream
-        q, absmax = torch.ops.bnb.quantize_blockwise(big, CODE.cuda(), 4096)
-        back = torch.ops.bnb.dequantize_blockwise(q, absmax, CODE.cuda(), 4096, torch.float32)
+        q, absmax = torch.ops.bnb.quantize_blockwise(big, code, 4096)
+        back = torch.ops.bnb.dequantize_blockwise(q, absmax, code, 4096, torch.float32)
     side.synchronize()
     assert bool((back == 1).all())
 
