@@ -63,3 +63,17 @@ def test_second_process_compiles_nothing(tmp_path):
 def test_bad_input_on_cuda():
     with pytest.raises(RuntimeError, match="code is on cpu but A is on cuda"):
         torch.ops.bnb.quantize_blockwise(torch.randn(100, device="cuda"), CODE, 64)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_cuda_quantize_with_a_non_finite_code_gives_nan_absmax(bad):
+    # The CPU rejects the codebook; CUDA does not check (it would wait for the device) but poisons absmax instead,
+    # and its codes depend on nothing but the inputs.
+    code = CODE.clone()
+    code[3] = bad
+    A = torch.randn(100_003)
+    with pytest.raises(RuntimeError, match="every entry must be finite"):
+        torch.ops.bnb.quantize_blockwise(A, code, 256)
+    runs = [torch.ops.bnb.quantize_blockwise(A.cuda(), code.cuda(), 256) for _ in range(2)]
+    assert bool(runs[0][1].isnan().all())
+    assert_same_bits(runs[0][0], runs[1][0])
