@@ -145,6 +145,17 @@ __device__ __forceinline__ unsigned char code_in_block(float x, float amax, bool
   return code_exact(x, amax, prep.mid, prep.s2c);
 }
 
+// code_in_block's table route alone, for a fast block (|x| <= amax, both finite): the code, and in *redo whether x
+// must take code_exact instead (a marked bucket, or a nonzero quotient below 2^-19). Branch-free, so that the
+// unrolled loop below is straight-line code with no call in it.
+__device__ __forceinline__ unsigned code_fast(float x, float amax, float y, const Prepared& prep, bool* redo) {
+  const float s = ScaleFast(x, amax, y);
+  unsigned c;
+  const bool ok = cb8::LookupCode(prep.key, prep.mid, s, &c);
+  *redo = !ok || (fabsf(s) < 0x1p-19f && x != 0.0f);
+  return c;
+}
+
 }  // namespace bw8
 }  // namespace bnb
 
@@ -255,15 +266,38 @@ __global__ void __launch_bounds__(THREADS)
     if (gl == 0) absmax[qb] = poisoned ? __uint_as_float(0x7FC00000u) : amax;
     const bool fast = FastScaleOk(amax);
     const float y = fast ? __frcp_rn(amax) : 0.0f;
-    const auto code_of = [&](float xv) { return bw8::code_in_block(xv, amax, fast, y, s_prep); };
-    if (full) {
+    if (full && fast) {
+      // Every code through the table, the few that need the exact route marked in `redo` (bit k % 32 of word
+      // k / 32); the vector store; then those few again, x read from memory and each code stored on its own after
+      // the vector (the same thread's later store to the byte wins). An exact path called inside the unrolled
+      // loop cost ~36 instructions per element and 16 bytes of stack (issue 22); this one stays in registers.
+      constexpr int kWords = (PER + 31) / 32;
       unsigned char c[PER];
+      unsigned redo[kWords];
 #pragma unroll
-      for (int k = 0; k < PER; ++k) c[k] = code_of(v[k]);
+      for (int w = 0; w < kWords; ++w) redo[w] = 0;
+#pragma unroll
+      for (int k = 0; k < PER; ++k) {
+        bool r;
+        c[k] = (unsigned char)bw8::code_fast(v[k], amax, y, s_prep, &r);
+        redo[k / 32] |= (unsigned)r << (k % 32);
+      }
       bw8::store_codes<PER>(codes + start, c);
-    } else {
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) {
 #pragma unroll 1
-      for (int k = 0; k < PER && start + k < n; ++k) codes[start + k] = code_of(Elem<T>::load(x + start + k));
+        for (unsigned m = redo[w]; m != 0; m &= m - 1) {
+          const int k = w * 32 + __ffs((int)m) - 1;
+          codes[start + k] = bw8::code_exact(Elem<T>::load(x + start + k), amax, s_prep.mid, s_prep.s2c);
+        }
+      }
+    } else {
+      // Misaligned buffers, the partial last block, and blocks whose absmax needs the exact division (0, inf, NaN,
+      // beyond 2^+-60): element by element, x read again.
+#pragma unroll 1
+      for (int k = 0; k < PER && start + k < n; ++k) {
+        codes[start + k] = bw8::code_in_block(Elem<T>::load(x + start + k), amax, fast, y, s_prep);
+      }
     }
   }
 }
