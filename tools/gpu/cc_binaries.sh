@@ -28,8 +28,8 @@ done
 
 version=$(sed -n 's/^BNB_VERSION = "\(.*\)"/\1/p' version.bzl)
 # -ffp-contract=off: bnb/core/BUILD.bazel's CORE_COPTS (no fused multiply-adds the references do not have).
-flags=(-O2 -std=c++17 -fPIC -ffp-contract=off -falign-loops=64 -D_GLIBCXX_USE_CXX11_ABI=1 -DHWY_SHARED_DEFINE -DTOML_HEADER_ONLY=0
-       -DTOML_SHARED_LIB=1 "-DBNB_VERSION=\"$version\"" -I. -I"$host" -I"$prefix/usr/include")
+flags=(-O2 -std=c++17 -fPIC -ffp-contract=off -falign-loops=64 -D_GLIBCXX_USE_CXX11_ABI=1 -DHWY_SHARED_DEFINE
+       -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1 "-DBNB_VERSION=\"$version\"" -I. -I"$host" -I"$prefix/usr/include")
 lib_srcs=($(grep -E '^bnb/(core|jit)/.*\.cc$' tools/gpu/sources.txt))
 lib_srcs+=(bnb/jit/fake_compiler.cc bnb/jit/fake_runtime.cc tools/fuzz/core_fuzz.cc "$gen/bnb/jit/kernels_embedded.cc")
 object() { echo "$obj/$(echo "$1" | tr / _).o"; }

@@ -45,7 +45,8 @@ stages=("$@")
 (( ${#stages[@]} )) || stages=(env build smoke bench test)
 status=0
 # The texts of errors after which the CUDA context is lost (smoke.py's STICKY): later stages would only fail.
-sticky_re='illegal memory access|unspecified launch failure|misaligned address|illegal instruction|device-side assert|uncorrectable ECC|launch timed out|hardware stack error'
+sticky_re='illegal memory access|unspecified launch failure|misaligned address|illegal instruction'
+sticky_re+='|device-side assert|uncorrectable ECC|launch timed out|hardware stack error'
 
 stamp() { printf '[check %s +%ds] %s\n' "$(date +%H:%M:%S)" "$(( $(date +%s) - start ))" "$*"; }
 want() { [[ " ${stages[*]} " == *" $1 "* ]]; }
@@ -71,10 +72,12 @@ stamp "stages: ${stages[*]}; logs in $out; budget ${budget} s"
 if want env; then
   stamp "1 env"
   {
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,persistence_mode,mig.mode.current \
-      --format=csv 2>&1 || echo "nvidia-smi failed"
+    nvidia-smi --format=csv \
+      --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,persistence_mode,mig.mode.current \
+      2>&1 || echo "nvidia-smi failed"
     nvidia-smi -q -d CLOCK,PERFORMANCE 2>/dev/null | grep -E 'Graphics|SM|Memory|Throttle|Active' | head -20
-    echo "nproc $(nproc); $(free -g | awk '/Mem:/ {print $2 " GB RAM"}'); disk: $(df -h /tmp | awk 'NR==2 {print $4}') free"
+    echo "nproc $(nproc); $(free -g | awk '/Mem:/ {print $2 " GB RAM"}');" \
+         "disk: $(df -h /tmp | awk 'NR==2 {print $4}') free"
     for tool in /usr/bin/g++ g++ cmake ninja nvcc ncu; do
       command -v "$tool" >/dev/null && echo "$tool: $("$tool" --version 2>&1 | head -1)" || echo "$tool: not found"
     done
