@@ -41,8 +41,9 @@ Dim3 Blockwise8Grid(int64_t n, int64_t blocksize, int threads, core::DType dtype
                     int ctas_per_sm);
 
 // Get (compile or load) and launch. x, out: n elements of dtype; codes: n bytes; absmax: NumBlocks floats;
-// code: the 256-entry codebook (finite floats); scratch: kQuantizeBlockwise8ScratchBytes, 16-byte aligned, free
-// for the launches' use on `stream`. n == 0 launches nothing.
+// code: the 256-entry codebook (finite floats; quantize with a non-finite entry writes NaN absmax everywhere, see
+// bw8::Prepared in kernels/blockwise8.cuh); scratch: kQuantizeBlockwise8ScratchBytes, 16-byte aligned, free for
+// the launches' use on `stream`. n == 0 launches nothing.
 absl::Status LaunchQuantizeBlockwise8(KernelCache& cache, int device, core::DType dtype, const void* x,
                                       const float* code, uint8_t* codes, float* absmax, void* scratch, int64_t n,
                                       int64_t blocksize, void* stream, int threads = 0);

@@ -1,11 +1,17 @@
 // CUDA blockwise 8-bit kernels against bnb/core's scalar CPU definition, bit for bit: codes, absmax and
 // dequantized values, for every dtype, several blocksizes and thread counts, partial last blocks, misaligned
 // buffers and special values. Runs the jit stack alone (no torch). Skipped, with the reason, without a GPU.
+#include <stdlib.h>  // mkdtemp
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "bnb/core/blockwise8.h"
@@ -133,8 +139,11 @@ TEST_F(CudaTest, UnsortedCodebookWithTies) {
 }
 
 TEST_F(CudaTest, LoadsFromDiskInAFreshCache) {
+  // A directory of this run's own: a fixed one (TEST_TMPDIR is unset outside Bazel) keeps the kernels of the
+  // previous run, and the first cache would find them on disk instead of compiling.
   const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/cuda_disk";
+  std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/bnb_cuda_disk_XXXXXX";
+  ASSERT_NE(mkdtemp(&dir[0]), nullptr) << "mkdtemp " << dir << ": " << std::strerror(errno);
   KernelCache first(KernelCacheOptions{nullptr, DiskCacheOptions{dir, true, nullptr}, nullptr});
   const std::vector<float> dynamic = *core::CreateDynamicMap();
   // Three kernels: prepare_codebook8 and quantize_blockwise8 (quantize's two launches), dequantize_blockwise8.
@@ -146,6 +155,63 @@ TEST_F(CudaTest, LoadsFromDiskInAFreshCache) {
   EXPECT_EQ(second.GetStats().disk_hits, 3);
   std::printf("disk hit load: %.3f ms per kernel; compile: %.1f ms per kernel\n",
               second.GetStats().disk_load_ms / 3, first.GetStats().compile_ms / 3);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+// A codebook with NaN or inf entries (the CPU rejects it; the CUDA path does not check, as that would wait for the
+// device): every absmax is NaN, and the codes do not depend on what the scratch buffer held before (prepare_codebook8
+// writes every slot it later reads).
+TEST_F(CudaTest, NonFiniteCodebookGivesNanAbsmaxDeterministically) {
+  KernelCache cache(KernelCacheOptions{nullptr, DiskCacheOptions{"", false, nullptr}, nullptr});
+  const std::vector<float> dynamic = *core::CreateDynamicMap();
+  std::vector<float> shuffled = dynamic;
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(11));
+  struct Case {
+    const char* name;
+    std::vector<float> code;
+  };
+  std::vector<Case> cases = {{"NaN in an increasing map", dynamic}, {"NaN, shuffled", shuffled},
+                             {"two NaNs and inf, shuffled", shuffled}, {"+-inf at the ends", dynamic}};
+  cases[0].code[100] = NAN;
+  cases[1].code[0] = NAN;
+  cases[2].code[5] = NAN;
+  cases[2].code[77] = -NAN;
+  cases[2].code[200] = INFINITY;
+  cases[3].code[0] = -INFINITY;
+  cases[3].code[255] = INFINITY;
+  const int64_t n = 50000, bs = 256, nb = core::NumBlocks(n, bs);
+  std::vector<float> x(n);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (float& v : x) v = normal(rng);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const CUdeviceptr dx = Upload(x.data(), n * 4);
+    const CUdeviceptr dcode = Upload(c.code.data(), 1024);
+    std::vector<std::vector<uint8_t>> codes;
+    for (uint8_t fill : {0x00, 0xFF, 0x7F}) {
+      const std::vector<uint8_t> garbage(kQuantizeBlockwise8ScratchBytes, fill);
+      const CUdeviceptr scratch = Upload(garbage.data(), garbage.size());
+      const CUdeviceptr dcodes = Upload(nullptr, n);
+      const CUdeviceptr dabsmax = Upload(nullptr, nb * 4);
+      absl::Status st = LaunchQuantizeBlockwise8(
+          cache, 0, DType::kFloat32, reinterpret_cast<const void*>(dx), reinterpret_cast<const float*>(dcode),
+          reinterpret_cast<uint8_t*>(dcodes), reinterpret_cast<float*>(dabsmax), reinterpret_cast<void*>(scratch), n,
+          bs, nullptr);
+      ASSERT_TRUE(st.ok()) << st;
+      ASSERT_EQ(d_->cuCtxSynchronize(), 0);
+      const std::vector<uint8_t> am = Download(dabsmax, nb * 4);
+      for (int64_t b = 0; b < nb; ++b) {
+        float a;
+        std::memcpy(&a, &am[b * 4], 4);
+        ASSERT_TRUE(std::isnan(a)) << "block " << b << " absmax " << a;
+      }
+      codes.push_back(Download(dcodes, n));
+    }
+    EXPECT_EQ(codes[0], codes[1]) << "codes depend on the scratch buffer's old contents";
+    EXPECT_EQ(codes[0], codes[2]) << "codes depend on the scratch buffer's old contents";
+  }
 }
 
 }  // namespace

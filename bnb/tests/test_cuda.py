@@ -35,11 +35,13 @@ def test_cuda_equals_cpu(dtype, blocksize):
 
 def test_launch_orders_with_work_on_a_side_stream():
     big = torch.randn(1 << 26, device="cuda")
+    code = CODE.cuda()
     side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())  # big and code are written on the default stream
     with torch.cuda.stream(side):
         big.mul_(0).add_(1)  # queued before the op on the same stream
-        q, absmax = torch.ops.bnb.quantize_blockwise(big, CODE.cuda(), 4096)
-        back = torch.ops.bnb.dequantize_blockwise(q, absmax, CODE.cuda(), 4096, torch.float32)
+        q, absmax = torch.ops.bnb.quantize_blockwise(big, code, 4096)
+        back = torch.ops.bnb.dequantize_blockwise(q, absmax, code, 4096, torch.float32)
     side.synchronize()
     assert bool((back == 1).all())
 
@@ -61,3 +63,17 @@ def test_second_process_compiles_nothing(tmp_path):
 def test_bad_input_on_cuda():
     with pytest.raises(RuntimeError, match="code is on cpu but A is on cuda"):
         torch.ops.bnb.quantize_blockwise(torch.randn(100, device="cuda"), CODE, 64)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_cuda_quantize_with_a_non_finite_code_gives_nan_absmax(bad):
+    # The CPU rejects the codebook; CUDA does not check (it would wait for the device) but poisons absmax instead,
+    # and its codes depend on nothing but the inputs.
+    code = CODE.clone()
+    code[3] = bad
+    A = torch.randn(100_003)
+    with pytest.raises(RuntimeError, match="every entry must be finite"):
+        torch.ops.bnb.quantize_blockwise(A, code, 256)
+    runs = [torch.ops.bnb.quantize_blockwise(A.cuda(), code.cuda(), 256) for _ in range(2)]
+    assert bool(runs[0][1].isnan().all())
+    assert_same_bits(runs[0][0], runs[1][0])

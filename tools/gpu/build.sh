@@ -19,6 +19,7 @@ python=${PYTHON:-python3}
 [[ $python == */* ]] && python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"  # tests run elsewhere
 what=${1:-all}
 work=${BNB_GPU_WORK:-/tmp/bnb-gpu}
+unset BNB_GPU_WORK  # not a bnb knob: bnb would warn about it in every Python process below
 prefix=$work/prefix
 stage=$work/stage
 
@@ -86,6 +87,7 @@ fi
 if [[ $what == bench || $what == all ]]; then
   $python tools/bench/gpu_blockwise8.py || status=$?
   $python tools/bench/gpu_blockwise4.py || status=$?
+  $python tools/bench/gpu_jit.py || status=$?
   # 512 threads per CTA halve the elements per thread at blocksize 4096, whose 8-bit quantize is the slowest
   # NVRTC compile (178 ms against ~150 with 512 threads, on the 2-core dev VM): its bandwidth decides the default.
   echo "[gpu] blockwise 8-bit again with cuda.threads_per_block = 512"

@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(THREADS)
         for (int k = 0; k < PER; ++k) v[k] = bw4::mul_like_host(c[k], a);
       }
 #pragma unroll
-      for (int k = 0; k < NV; ++k) reinterpret_cast<Vec16*>(out + start)[k] = Elem<T>::pack(v + k * VEC);
+      for (int k = 0; k < NV; ++k) store16(out + start + k * VEC, Elem<T>::pack(v + k * VEC));
     } else {
 #pragma unroll 1
       for (int k = 0; k < PER && start + k < n; ++k) {

@@ -52,7 +52,7 @@ __device__ __forceinline__ void store_codes(unsigned char* p, const unsigned cha
       v.w[1] = w[4 * i + 1];
       v.w[2] = w[4 * i + 2];
       v.w[3] = w[4 * i + 3];
-      reinterpret_cast<Vec16*>(p)[i] = v;
+      store16(p + 16 * i, v);
     }
   } else if constexpr (PER == 8) {
     reinterpret_cast<unsigned long long*>(p)[0] = (unsigned long long)w[0] | ((unsigned long long)w[1] << 32);
@@ -117,12 +117,20 @@ __device__ __noinline__ unsigned char code_exact(float x, float amax, const floa
 // The codebook as bnb::core::PrepareCodebook prepares it, plus codebook8.cuh's bucket table: written once per
 // quantize call by prepare_codebook8 into a device scratch buffer (bnb::jit::kQuantizeBlockwise8ScratchBytes,
 // 16-byte aligned), copied by every CTA of quantize_blockwise8 into shared memory.
+//
+// mid[255] doubles as a flag: +inf for a finite codebook, NaN when an entry was not finite. The CPU rejects such a
+// codebook; here that would cost a device-to-host sync per call, so the kernels instead write NaN absmax for every
+// block (it dequantizes to NaN: nothing comes back finite and wrong), and the codes, though meaningless, are still
+// deterministic. No lookup can tell the two apart: mid[255] is only compared as s > mid[255], false for both.
 struct __align__(16) Prepared {
   unsigned key[cb8::kTableSize];  // bucket table
-  float mid[256];                  // the 255 splits SplitPoint(s[i], s[i+1]), ascending, and +inf
+  float mid[256];                  // the 255 splits SplitPoint(s[i], s[i+1]), ascending, and +inf (or NaN: above)
   unsigned char s2c[256];          // sorted position -> first code holding that value
 };
 static_assert(sizeof(Prepared) == 22784, "bnb::jit::kQuantizeBlockwise8ScratchBytes");
+
+// True when the codebook behind `prep` held a non-finite entry (see Prepared).
+__device__ __forceinline__ bool poisoned(const Prepared& prep) { return is_nan_bits(__float_as_uint(prep.mid[255])); }
 
 // The code of x in a block of absmax amax through a prepared codebook (in shared memory): ordinary blocks (fast:
 // FastScaleOk(amax), y = __frcp_rn(amax)) scale with numerics.cuh's ScaleFast and look the code up; nonzero
@@ -137,12 +145,26 @@ __device__ __forceinline__ unsigned char code_in_block(float x, float amax, bool
   return code_exact(x, amax, prep.mid, prep.s2c);
 }
 
+// code_in_block's table route alone, for a fast block (|x| <= amax, both finite): the code, and in *redo whether x
+// must take code_exact instead (a marked bucket, or a nonzero quotient below 2^-19). Branch-free, so that the
+// unrolled loop below is straight-line code with no call in it.
+__device__ __forceinline__ unsigned code_fast(float x, float amax, float y, const Prepared& prep, bool* redo) {
+  const float s = ScaleFast(x, amax, y);
+  unsigned c;
+  const bool ok = cb8::LookupCode(prep.key, prep.mid, s, &c);
+  *redo = !ok || (fabsf(s) < 0x1p-19f && x != 0.0f);
+  return c;
+}
+
 }  // namespace bw8
 }  // namespace bnb
 
-// Prepares `code` (256 finite floats) into *out; one CTA of THREADS = 256 threads. A strictly increasing codebook
-// (the dynamic maps) is its own sorted order; others take a stable rank sort (256 compares per value). A template
-// only so that programs which do not name it (every other kernel includes this file) do not compile it.
+// Prepares `code` (256 floats, finite unless the caller erred) into *out; one CTA of THREADS = 256 threads. A
+// strictly increasing codebook (the dynamic maps) is its own sorted order; others take a stable rank sort (256
+// compares per value) under a total order, NaN above everything, so that the ranks are a permutation and every slot
+// of the sorted arrays is written whatever the entries (with NaN ranked by <, two entries shared rank 0 and slot 255
+// was never written). A non-finite entry marks the result (Prepared). A template only so that programs which do not
+// name it (every other kernel includes this file) do not compile it.
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) prepare_codebook8(const float* __restrict__ code,
                                                              bnb::bw8::Prepared* out) {
@@ -153,19 +175,25 @@ __global__ void __launch_bounds__(THREADS) prepare_codebook8(const float* __rest
   __shared__ float s_mid[256];
   __shared__ unsigned char s_s2c[256];
   const int i = threadIdx.x;
-  s_val[i] = code[i];
-  __syncthreads();
+  const float ci = code[i];
+  s_val[i] = ci;
+  // The barrier that publishes s_val also says whether every entry is finite.
+  const bool finite = __syncthreads_and((__float_as_uint(ci) & 0x7FFFFFFFu) < 0x7F800000u) != 0;
   const bool increasing = __syncthreads_and(i == 255 || s_val[i] < s_val[i + 1]);
   if (increasing) {
     s_sorted[i] = s_val[i];
     s_s2c[i] = (unsigned char)i;
   } else {
     const float v = s_val[i];
+    const bool v_nan = is_nan_bits(__float_as_uint(v));
     int rank = 0, first = i;
 #pragma unroll 4
     for (int j = 0; j < 256; ++j) {
       const float w = s_val[j];
-      rank += (w < v || (w == v && j < i)) ? 1 : 0;
+      // w before v: by value (ties by index); a number before any NaN; NaNs by index.
+      const bool w_nan = is_nan_bits(__float_as_uint(w));
+      const bool before = v_nan ? (!w_nan || j < i) : (!w_nan && (w < v || (w == v && j < i)));
+      rank += before ? 1 : 0;
       if (w == v && j < first) first = j;
     }
     s_sorted[rank] = v;
@@ -179,7 +207,7 @@ __global__ void __launch_bounds__(THREADS) prepare_codebook8(const float* __rest
     s_mid[i] = __uint_as_float(0x7F800000u);
   }
   __syncthreads();
-  out->mid[i] = s_mid[i];
+  out->mid[i] = i < 255 || finite ? s_mid[i] : __uint_as_float(0x7FC00000u);
   out->s2c[i] = s_s2c[i];
   // Each thread fills a run of neighbouring entries, so its searches walk a few steps from one to the next.
   constexpr int kRun = (cb8::kTableSize + THREADS - 1) / THREADS;
@@ -202,6 +230,7 @@ __global__ void __launch_bounds__(THREADS)
     reinterpret_cast<Vec16*>(&s_prep)[i] = reinterpret_cast<const Vec16*>(prepared)[i];
   }
   __syncthreads();
+  const bool poisoned = bw8::poisoned(s_prep);
 
   const long long nblocks = (n + BLOCKSIZE - 1) / BLOCKSIZE;
   const long long ntiles = (nblocks + QPT - 1) / QPT;
@@ -234,18 +263,41 @@ __global__ void __launch_bounds__(THREADS)
     }
     const float amax = group_absmax<G>(mb, s_red, group);
     if (!active) continue;
-    if (gl == 0) absmax[qb] = amax;
+    if (gl == 0) absmax[qb] = poisoned ? __uint_as_float(0x7FC00000u) : amax;
     const bool fast = FastScaleOk(amax);
     const float y = fast ? __frcp_rn(amax) : 0.0f;
-    const auto code_of = [&](float xv) { return bw8::code_in_block(xv, amax, fast, y, s_prep); };
-    if (full) {
+    if (full && fast) {
+      // Every code through the table, the few that need the exact route marked in `redo` (bit k % 32 of word
+      // k / 32); the vector store; then those few again, x read from memory and each code stored on its own after
+      // the vector (the same thread's later store to the byte wins). An exact path called inside the unrolled
+      // loop cost ~36 instructions per element and 16 bytes of stack (issue 22); this one stays in registers.
+      constexpr int kWords = (PER + 31) / 32;
       unsigned char c[PER];
+      unsigned redo[kWords];
 #pragma unroll
-      for (int k = 0; k < PER; ++k) c[k] = code_of(v[k]);
+      for (int w = 0; w < kWords; ++w) redo[w] = 0;
+#pragma unroll
+      for (int k = 0; k < PER; ++k) {
+        bool r;
+        c[k] = (unsigned char)bw8::code_fast(v[k], amax, y, s_prep, &r);
+        redo[k / 32] |= (unsigned)r << (k % 32);
+      }
       bw8::store_codes<PER>(codes + start, c);
-    } else {
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) {
 #pragma unroll 1
-      for (int k = 0; k < PER && start + k < n; ++k) codes[start + k] = code_of(Elem<T>::load(x + start + k));
+        for (unsigned m = redo[w]; m != 0; m &= m - 1) {
+          const int k = w * 32 + __ffs((int)m) - 1;
+          codes[start + k] = bw8::code_exact(Elem<T>::load(x + start + k), amax, s_prep.mid, s_prep.s2c);
+        }
+      }
+    } else {
+      // Misaligned buffers, the partial last block, and blocks whose absmax needs the exact division (0, inf, NaN,
+      // beyond 2^+-60): element by element, x read again.
+#pragma unroll 1
+      for (int k = 0; k < PER && start + k < n; ++k) {
+        codes[start + k] = bw8::code_in_block(Elem<T>::load(x + start + k), amax, fast, y, s_prep);
+      }
     }
   }
 }
@@ -281,7 +333,7 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
       for (int k = 0; k < PER; ++k) v[k] = bw8::mul_like_host(s_val[c[k]], a);
 #pragma unroll
-      for (int k = 0; k < NV; ++k) reinterpret_cast<Vec16*>(out + start)[k] = Elem<T>::pack(v + k * VEC);
+      for (int k = 0; k < NV; ++k) store16(out + start + k * VEC, Elem<T>::pack(v + k * VEC));
     } else {
 #pragma unroll 1
       for (int k = 0; k < PER && start + k < n; ++k) {

@@ -179,7 +179,8 @@ __global__ void __launch_bounds__(THREADS)
                               long long block, long long i) {
     const unsigned mb = active ? (__float_as_uint(x) & 0x7FFFFFFFu) : 0u;
     const float amax = group_absmax<THREADS>(mb, s_red, 0);
-    if (threadIdx.x == 0) absmax[block] = amax;
+    // A codebook with a non-finite entry gives NaN absmax, as blockwise8's quantize does (bw8::Prepared).
+    if (threadIdx.x == 0) absmax[block] = bw8::poisoned(prep) ? __uint_as_float(0x7FC00000u) : amax;
     const bool fast = FastScaleOk(amax);
     const float y = fast ? __frcp_rn(amax) : 0.0f;
     if (active) codes[i] = bw8::code_in_block(x, amax, fast, y, prep);

@@ -45,6 +45,13 @@ __device__ __forceinline__ void ld_global_nc_no_allocate_v4(const void* p, unsig
       : "l"(p));
 }
 
+// st.global.v4.u32: one 16-byte store to global memory; p must be 16-byte aligned. Every target. The "memory"
+// clobber keeps the compiler from moving other memory accesses across it.
+__device__ __forceinline__ void st_global_v4(void* p, const unsigned (&w)[4]) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" : : "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+               : "memory");
+}
+
 // prefetch.global.L2: starts bringing the line holding p into L2 without waiting for it. Every target.
 __device__ __forceinline__ void prefetch_global_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" : : "l"(p));

@@ -47,7 +47,8 @@ struct Cuda {
                       const c10::optional<at::Tensor>& absmax2) {
     const c10::DeviceGuard guard(p.device());
     // The qmaps' entries are not checked for finiteness here (the CPU and the reference check them): that would wait
-    // for the device on every step. A non-finite qmap's codes are unspecified, as with blockwise8's CUDA quantize.
+    // for the device on every step. A non-finite qmap gives NaN absmax for the state it codes (and so NaN updates
+    // from the next step on), as blockwise8's CUDA quantize does (blockwise8.cuh, bw8::Prepared).
     const int64_t n = u.n, blocks = (n + core::kOptimizerBlocksize - 1) / core::kOptimizerBlocksize;
     const bool ademamix = u.kind.rule == core::OptimRule::kAdEMAMix;
     uint8_t* q1 = state1.data_ptr<uint8_t>();
