@@ -7,6 +7,8 @@ tools/setup.sh >/dev/null
 echo
 .venv/bin/python tools/bench/cpu_blockwise4.py "$@"
 echo
+.venv/bin/python tools/bench/cpu_int8.py "$@"
+echo
 echo "core kernels, one thread (bazel run -c opt //tools/bench:core_blockwise8_bench):"
 bazel run -c opt --noshow_progress //tools/bench:core_blockwise8_bench 2>/dev/null
 echo
