@@ -33,7 +33,9 @@ absl::StatusOr<CpuSettings> CurrentCpuSettings() {
   if (!threads.ok()) return threads.status();
   absl::StatusOr<int64_t> grain = config.GetInt("cpu.grain_elements");
   if (!grain.ok()) return grain.status();
-  return CpuSettings{*threads, *grain};
+  absl::StatusOr<bool> bf16_products = config.GetBool("cpu.gemv_bf16_products");
+  if (!bf16_products.ok()) return bf16_products.status();
+  return CpuSettings{*threads, *grain, *bf16_products};
 }
 
 }  // namespace bnb::core

@@ -1,8 +1,18 @@
-// The scalar definition of the 4-bit matrix-vector product.
-#include "bnb/core/blockwise4.h"
+// The scalar definition of the 4-bit matrix-vector product, and what every kernel of it shares.
 #include "bnb/core/gemv4.h"
 
+#include <cmath>
+
+#include "bnb/core/blockwise4.h"
+
 namespace bnb::core {
+
+bool RowHasNonFiniteAbsmax(const float* absmax, int64_t m, int64_t K, int block_shift) {
+  for (int64_t b = (m * K) >> block_shift; b <= ((m + 1) * K - 1) >> block_shift; ++b) {
+    if (!std::isfinite(absmax[b])) return true;
+  }
+  return false;
+}
 
 void Gemv4Scalar(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,
                  int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end) {

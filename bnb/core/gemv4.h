@@ -17,12 +17,27 @@ namespace bnb::core {
 // in range are written). Products and sums are float32; each output is rounded once to `dtype`, to nearest even.
 // blocksize: a power of two in [32, 4096] (CheckBlocksize). Threads may split the rows.
 //
-// The vectorized version sums in its own order (unscaled code values per group of weights, then times absmax): it
+// The vectorized versions sum in their own order (unscaled code values per group of weights, then times absmax): it
 // is not bit-identical to Gemv4Scalar, only close (float32 rounding of a differently ordered sum). Integer-valued
 // inputs whose partial sums stay below 2^24 give identical results, and so do rows with an infinite or NaN
 // absmax, which follow the definition (so NaN comes out where the dense product gives NaN).
+// bf16_products: whether bfloat16 A may take the kAvx512Bf16 kernel (knob cpu.gemv_bf16_products).
 void Gemv4(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,
-           int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end);
+           int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end, bool bf16_products = true);
+
+// Which kernel Gemv4 runs for A of `dtype` and rows of K elements, now (the cpu.isa cap and the processor decide):
+//   - kAvx512Bf16: bfloat16 A, K a multiple of 128, AVX-512 dispatched and AVX512-BF16, bf16_products: the code
+//     values rounded to
+//     bfloat16 and multiplied by vdpbf16ps, so each weight's code value carries a relative error of at most 2^-9
+//     (what a dequantized bfloat16 weight carries; gemv4_x86.h);
+//   - kAvx512: any other dtype, K a multiple of 128, AVX-512 dispatched: float32 products of the exact code values;
+//   - kHighway: the rest, the per-target kernel of gemv4_hwy.cc.
+enum class Gemv4Kernel { kHighway, kAvx512, kAvx512Bf16 };
+Gemv4Kernel ActiveGemv4Kernel(DType dtype, int64_t K, bool bf16_products = true);
+const char* Gemv4KernelName(Gemv4Kernel kernel);  // "highway", "avx512", "avx512bf16"
+
+// Whether row m has a block with an infinite or NaN absmax: such rows take the definition (see Gemv4).
+bool RowHasNonFiniteAbsmax(const float* absmax, int64_t m, int64_t K, int block_shift);
 
 // The definition: for each row, acc = 0.0f, then for k = 0, 1, ..., K - 1 in order
 //   acc = acc + float(A[k]) * W[m, k]     (product and sum each rounded to float32; no fused multiply-add)

@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "bnb/core/blockwise4.h"
+#include "bnb/core/cpu_isa.h"
 #include "bnb/core/gemv4.h"
+#include "bnb/core/gemv4_x86.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bnb/core/gemv4_hwy.cc"
@@ -243,9 +245,7 @@ void Gemv4Vec(DType dtype, const void* A, const uint8_t* B, const float* absmax,
   // weight (0 * inf) or of +inf and -inf weights meeting into +-inf, where the dense product gives NaN.
   std::vector<char> by_definition(row_end - row_begin, 0);
   for (int64_t m = row_begin; m < row_end; ++m) {
-    for (int64_t b = (m * K) >> block_shift; b <= ((m + 1) * K - 1) >> block_shift; ++b) {
-      if (!std::isfinite(absmax[b])) by_definition[m - row_begin] = 1;
-    }
+    by_definition[m - row_begin] = RowHasNonFiniteAbsmax(absmax, m, K, block_shift);
   }
   std::vector<float> acc(row_end - row_begin, 0.0f);
   for (int64_t k0 = 0; k0 < K; k0 += kSliceK) {
@@ -274,9 +274,50 @@ namespace bnb::core {
 
 HWY_EXPORT(Gemv4Vec);
 
+Gemv4Kernel ActiveGemv4Kernel(DType dtype, int64_t K, bool bf16_products) {
+#if BNB_GEMV4_X86
+  // Highway numbers better x86 targets with lower bits (the AVX-512 ones at or below HWY_AVX3).
+  if (K % gemv4_x86::kChunk == 0 && ActiveTarget() <= HWY_AVX3 && gemv4_x86::HasAvx512Bw()) {
+    return dtype == DType::kBFloat16 && bf16_products && gemv4_x86::HasAvx512Bf16() ? Gemv4Kernel::kAvx512Bf16
+                                                                                     : Gemv4Kernel::kAvx512;
+  }
+#endif
+  (void)dtype, (void)K, (void)bf16_products;
+  return Gemv4Kernel::kHighway;
+}
+
+const char* Gemv4KernelName(Gemv4Kernel kernel) {
+  switch (kernel) {
+    case Gemv4Kernel::kAvx512Bf16: return "avx512bf16";
+    case Gemv4Kernel::kAvx512: return "avx512";
+    case Gemv4Kernel::kHighway: break;
+  }
+  return "highway";
+}
+
 void Gemv4(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,
-           int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end) {
-  HWY_DYNAMIC_DISPATCH(Gemv4Vec)(dtype, A, B, absmax, code16, N, K, blocksize, out, row_begin, row_end);
+           int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end, bool bf16_products) {
+  const Gemv4Kernel kernel = ActiveGemv4Kernel(dtype, K, bf16_products);
+  if (kernel == Gemv4Kernel::kHighway || row_begin >= row_end) {
+    return HWY_DYNAMIC_DISPATCH(Gemv4Vec)(dtype, A, B, absmax, code16, N, K, blocksize, out, row_begin, row_end);
+  }
+#if BNB_GEMV4_X86
+  int block_shift = 0;
+  while ((int64_t{1} << block_shift) < blocksize) ++block_shift;  // blocksize is a power of two
+  std::vector<float> acc(row_end - row_begin);
+  if (kernel == Gemv4Kernel::kAvx512Bf16) {
+    gemv4_x86::RowsBf16(A, B, absmax, code16, K, block_shift, acc.data(), row_begin, row_end);
+  } else {
+    gemv4_x86::RowsF32(dtype, A, B, absmax, code16, K, block_shift, acc.data(), row_begin, row_end);
+  }
+  for (int64_t m = row_begin; m < row_end; ++m) {
+    if (RowHasNonFiniteAbsmax(absmax, m, K, block_shift)) {
+      Gemv4Scalar(dtype, A, B, absmax, code16, N, K, blocksize, out, m, m + 1);
+    } else {
+      StoreFromFloat(dtype, out, m, acc[m - row_begin]);
+    }
+  }
+#endif
 }
 
 }  // namespace bnb::core

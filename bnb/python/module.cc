@@ -12,6 +12,7 @@
 #include "bnb/core/cpu_isa.h"
 #include "bnb/core/int8_gemm.h"
 #include "bnb/core/cpu_settings.h"
+#include "bnb/core/gemv4.h"
 #include "bnb/jit/cuda/nvrtc.h"
 #include "bnb/jit/kernel_cache.h"
 #include "bnb/jit/kernel_registry.h"
@@ -117,6 +118,22 @@ PYBIND11_MODULE(_C, m) {
     Unwrap(bnb::core::CurrentCpuSettings());  // applies the cpu.isa cap first
     return std::string(bnb::core::Int8GemmKernelName(bnb::core::ActiveInt8GemmKernel()));
   }, "The kernel of the int8 product (int8_linear_matmul) on the CPU, after the cpu.isa cap.");
+  m.def("gemv4_kernel", [](const std::string& dtype, int64_t K) {
+    const bnb::core::CpuSettings settings = Unwrap(bnb::core::CurrentCpuSettings());  // applies the cap first
+    bnb::core::DType d;
+    if (dtype == "float32" || dtype == "torch.float32") {
+      d = bnb::core::DType::kFloat32;
+    } else if (dtype == "float16" || dtype == "torch.float16") {
+      d = bnb::core::DType::kFloat16;
+    } else if (dtype == "bfloat16" || dtype == "torch.bfloat16") {
+      d = bnb::core::DType::kBFloat16;
+    } else {
+      throw py::value_error("gemv4_kernel: dtype must be float32, float16 or bfloat16, got '" + dtype + "'");
+    }
+    return std::string(bnb::core::Gemv4KernelName(bnb::core::ActiveGemv4Kernel(d, K, settings.gemv_bf16_products)));
+  }, py::arg("dtype"), py::arg("K"),
+  "The kernel gemv_4bit runs on the CPU for A of this dtype (name or str(torch dtype)) and K, after the cpu.isa cap "
+  "and cpu.gemv_bf16_products.");
   m.def("cpu_isas", &bnb::core::AvailableIsas, "Instruction sets compiled in and supported here, best first.");
   m.def("cpu_isas_compiled", &bnb::core::CompiledIsas, "Instruction sets compiled in, best first.");
 

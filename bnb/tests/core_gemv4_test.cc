@@ -3,6 +3,7 @@
 #include "bnb/core/gemv4.h"
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,7 +32,11 @@ struct Shape {
 const Shape kShapes[] = {{1, 32, 32},    {3, 64, 32},     {7, 100, 64},   {5, 33, 32},    {9, 1000, 128},
                          {2, 257, 256},  {3, 8200, 32},   {4, 4103, 4096}, {16, 4096, 64}, {11, 77, 2048},
                          {6, 4097, 64},  {7, 96, 64},     {5, 4160, 32},  {3, 8224, 4096}, {4, 8224, 64},
-                         {2, 128, 128},  {2, 65600, 64},  {1, 65601, 32}};
+                         {2, 128, 128},  {2, 65600, 64},  {1, 65601, 32},
+                         // K a multiple of 128 (the AVX-512 kernels): 4 and 2 blocks per chunk, blocks of several
+                         // chunks, blocks across row ends (4224 = 16.5 * 256), a block longer than a row.
+                         {3, 384, 32},   {4, 256, 64},    {5, 4224, 256}, {2, 1280, 512}, {3, 4224, 4096},
+                         {9, 128, 4096}};
 
 TEST_P(EveryIsa, MatchesDequantizeThenDot) {
   for (Quant4 q : {Quant4::kNF4, Quant4::kFP4})
@@ -59,16 +64,29 @@ TEST_P(EveryIsa, MatchesDequantizeThenDot) {
           s.n);
     Gemv4Scalar(dtype, a_raw.data(), packed.data(), absmax.data(), Code4(q).data(), s.n, s.k, s.blocksize,
                 out_ref.data(), 0, s.n);
+    // The bfloat16 kernel rounds the code values to bfloat16 (gemv4.h): exact against those values, and within
+    // their rounding (2^-9 of each term) of the true ones.
+    const bool bf16_codes = ActiveGemv4Kernel(dtype, s.k) == Gemv4Kernel::kAvx512Bf16;
+    std::vector<float> rounded(16);
+    for (int c = 0; c < 16; ++c) rounded[c] = BF16ToFloat(FloatToBF16(Code4(q)[c]));
     for (int64_t m = 0; m < s.n; ++m) {
-      double ref = 0, mag = 0;
+      double ref = 0, mag = 0, ref_rounded = 0;
       for (int64_t k = 0; k < s.k; ++k) {
-        const double t = double{LoadAsFloat(dtype, a_raw.data(), k)} * wq[m * s.k + k];
+        const int64_t f = m * s.k + k;
+        const double x = LoadAsFloat(dtype, a_raw.data(), k);
+        const double t = x * wq[f];
         ref += t;
         mag += std::fabs(t);
+        ref_rounded += x * (double{rounded[PackedCode4(packed.data(), f)]} * absmax[f / s.blocksize]);
       }
       const double tol = tests::GemvTolerance(dtype, ref, mag);
-      EXPECT_NEAR(LoadAsFloat(dtype, out.data(), m), ref, tol) << "row " << m;
+      const double code_rounding = bf16_codes ? std::ldexp(mag, -9) : 0.0;
+      EXPECT_NEAR(LoadAsFloat(dtype, out.data(), m), ref, tol + code_rounding) << "row " << m;
       EXPECT_NEAR(LoadAsFloat(dtype, out_ref.data(), m), ref, tol) << "scalar, row " << m;
+      if (bf16_codes) {
+        EXPECT_NEAR(LoadAsFloat(dtype, out.data(), m), ref_rounded, tests::GemvTolerance(dtype, ref_rounded, mag))
+            << "bfloat16 codes, row " << m;
+      }
     }
   }
 }
@@ -122,6 +140,20 @@ TEST_P(EveryIsa, RowRangeWritesOnlyItsRows) {
   Gemv4(DType::kFloat32, a.data(), packed.data(), absmax.data(), code16.data(), n, k, bs, whole.data(), 0, n);
   Gemv4(DType::kFloat32, a.data(), packed.data(), absmax.data(), code16.data(), n, k, bs, part.data(), 3, 7);
   for (int64_t m = 0; m < n; ++m) EXPECT_EQ(part[m], m >= 3 && m < 7 ? whole[m] : 99.0f) << m;
+}
+
+TEST_P(EveryIsa, SaysWhichKernelRuns) {
+  // The AVX-512 kernels take K a multiple of 128 under an avx3 (or better) cap; everything else the Highway kernel.
+  const bool avx3 = GetParam().rfind("avx3", 0) == 0;  // avx3 and its better variants
+  for (DType dtype : kDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    EXPECT_EQ(ActiveGemv4Kernel(dtype, 4000), Gemv4Kernel::kHighway);
+    const Gemv4Kernel k4096 = ActiveGemv4Kernel(dtype, 4096);
+    if (!avx3) EXPECT_EQ(k4096, Gemv4Kernel::kHighway);
+    if (dtype != DType::kBFloat16) EXPECT_NE(k4096, Gemv4Kernel::kAvx512Bf16);
+    std::printf("[ gemv4    ] isa %s, %s A, K 4096: kernel %s\n", ActiveIsa().c_str(), std::string(DTypeName(dtype)).c_str(),
+                Gemv4KernelName(k4096));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Gemv4, EveryIsa, ::testing::ValuesIn(AvailableIsas()),

@@ -102,6 +102,32 @@ def test_gemv_matches_dequantize_then_linear(nested, dtype):
     assert 0.995 <= ratio <= 1.005, ratio
 
 
+@pytest.mark.parametrize("bf16_products", [True, False])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_gemv_error_no_worse_than_dequantize_then_linear(dtype, bf16_products):
+    # Against the float64 product of the dequantized weight (float32 code * absmax, as the op defines it): the
+    # error of dequantize + F.linear in A's dtype bounds gemv_4bit's. K = 1024 takes the AVX-512 kernels where the
+    # CPU has them (bfloat16 A: the bfloat16-code kernel, unless cpu.gemv_bf16_products is off), the Highway
+    # kernel elsewhere; both exact-code kernels measure 0.25-0.7 of F.linear's error, the bfloat16-code one ~0.96.
+    g = torch.Generator().manual_seed(3)
+    W = torch.randn(1536, 1024, generator=g)
+    packed, state = F.quantize_4bit(W.to(dtype), blocksize=64, quant_type="nf4")
+    W32 = torch.ops.bnb.dequantize_4bit(packed, state.absmax, 64, "nf4", [1536, 1024], torch.float32).double()
+    Wdq = F.dequantize_4bit(packed, state)
+    err_gemv = err_linear = 0.0
+    for _ in range(8):
+        x = torch.randn(1, 1024, generator=g).to(dtype)
+        exact = x.double() @ W32.t()
+        with bnb.config.override(cpu__gemv_bf16_products=bf16_products):
+            got = F.gemv_4bit(x, packed, state=state)
+            kernel = bnb._C.gemv4_kernel(str(dtype), 1024)
+        err_gemv += (got.double() - exact).abs().mean().item()
+        err_linear += (torch.nn.functional.linear(x, Wdq).double() - exact).abs().mean().item()
+    assert (kernel == "avx512bf16") <= (dtype == torch.bfloat16 and bf16_products), kernel
+    bound = 1.0 if kernel == "avx512bf16" else 0.8
+    assert err_gemv <= bound * err_linear, (err_gemv / err_linear, kernel)
+
+
 def test_gemv_kernel_close_to_reference_and_handles_ragged_blocks():
     # K not a multiple of the blocksize: blocks run across row ends.
     W = torch.randn(37, 100)

@@ -9,6 +9,7 @@ import torch
 import bnb.config
 import cpu_blockwise4
 import cpu_blockwise8
+import cpu_gemv4
 import cpu_int8
 import cpu_optim
 import timing
@@ -62,6 +63,24 @@ def test_blockwise4_bench_prints_every_row(capsys):
     assert len(gemv) == 2, out
     for line in gemv:
         assert all(float(us) > 0 for us in line.split()[-3:]), line
+
+
+def test_gemv4_bench_prints_every_row(capsys):
+    cpu_gemv4.main(["--shapes", "64x256", "--threads", "1", "--repeat", "1", "--no-layer"])
+    out = capsys.readouterr().out
+    table = {}  # (A dtype, implementation) -> (us, % of limit)
+    dtype = None
+    for line in out.splitlines():
+        m = re.match(r"^(?:64x256\s+(\w+))?\s+(\S.*?)\s+(\d+)\s+(\d+)%$", line)
+        if m:
+            dtype = m.group(1) or dtype
+            table[(dtype, m.group(2))] = (int(m.group(3)), int(m.group(4)))
+    for dt in ("bfloat16", "float32"):
+        kernel = bnb._C.gemv4_kernel(dt, 256)
+        for name in ("limit (copy, read only)", f"bnb ({kernel})", f"F.linear {dt}"):
+            assert (dt, name) in table, (dt, name, sorted(table))
+        assert table[(dt, "limit (copy, read only)")][1] == 100
+        assert table[(dt, f"bnb ({kernel})")][1] > 0, table
 
 
 def test_int8_bench_prints_every_row(capsys):

@@ -7,6 +7,8 @@ tools/setup.sh >/dev/null
 echo
 .venv/bin/python tools/bench/cpu_blockwise4.py "$@"
 echo
+.venv/bin/python tools/bench/cpu_gemv4.py
+echo
 .venv/bin/python tools/bench/cpu_optim.py "$@"
 echo
 .venv/bin/python tools/bench/cpu_int8.py "$@"

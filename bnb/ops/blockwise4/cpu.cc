@@ -1,5 +1,6 @@
 // The 4-bit ops on the CPU: bnb/core's kernels over torch's thread pool.
 #include "bnb/core/blockwise4.h"
+#include "bnb/core/cpu_settings.h"
 #include "bnb/core/gemv4.h"
 #include "bnb/ops/blockwise4/ops.h"
 #include "bnb/ops/common/cpu_parallel.h"
@@ -44,8 +45,11 @@ struct Cpu {
     const float* amp = am.data_ptr<float>();
     const float* cp = c.data_ptr<float>();
     void* outp = out.data_ptr();
+    absl::StatusOr<core::CpuSettings> settings = core::CurrentCpuSettings();
+    TORCH_CHECK(settings.ok(), "bnb::", op, ": ", settings.status().message());
+    const bool bf16_products = settings->gemv_bf16_products;
     ParallelOverBlocks(op, N, K, [&](int64_t r0, int64_t r1) {
-      core::Gemv4(dtype, ap, bp, amp, cp, N, K, blocksize, outp, r0, r1);
+      core::Gemv4(dtype, ap, bp, amp, cp, N, K, blocksize, outp, r0, r1, bf16_products);
     });
   }
 };

@@ -1,0 +1,170 @@
+// The AVX-512 kernels of the 4-bit matrix-vector product (gemv4_x86.h).
+//
+// Dispatch: functions compiled with __attribute__((target(...))) (as int8_gemm_x86.cc, which says why not Highway's
+// AVX3_DL/AVX3_ZEN4 targets), chosen per call by Gemv4 (gemv4_hwy.cc) from the instruction set Highway dispatches to
+// under the cpu.isa cap and CPUID.
+//
+// Both kernels read a row in chunks of 128 weights (64 bytes, one zmm load) and look the code values up with one
+// full-width permute per 16 (vpermps) or 32 (vpermw) weights, indexed by the packed bytes shifted right: a permute
+// reads only the low 4 (vpermps) or 5 (vpermw) bits of each index lane, so no masking is needed, and the 16-entry
+// table (duplicated to 32 for vpermw) sits in one register. Lanes then hold weights out of element order; A is laid
+// out beforehand in that order. In both kernels float32 lane i of a chunk's sums covers the chunk's weights
+// 8i .. 8i + 7, so blocks of 32 and 64 weights are four and two groups of lanes, scaled by one multiply per chunk,
+// and larger blocks are summed unscaled over their chunks and scaled once.
+//
+// Why these and not byte shuffles within 128-bit blocks (the Highway kernel's fast path): on Zen 4 a zmm vpermps or
+// vpermw issues at one per cycle like vpshufb, so the cross-lane lookup costs nothing extra and saves the interleaves
+// (tools/bench/NOTES.md, '4-bit gemv on AVX-512').
+#include "bnb/core/gemv4_x86.h"
+
+#if BNB_GEMV4_X86
+
+#include <immintrin.h>
+
+#include <vector>
+
+#define BNB_TARGET_AVX512 __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq")))
+#define BNB_TARGET_AVX512BF16 __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+namespace bnb::core::gemv4_x86 {
+namespace {
+
+// The element of a chunk that lane k of the lookup with index shift 4 * s holds, minus 8k (float32 kernel: dword k
+// holds bytes 4k .. 4k + 3, whose low nibble is the odd element) or minus 4k (bfloat16 kernel: word k, bytes
+// 2k, 2k + 1).
+constexpr int kOrder8[8] = {1, 0, 3, 2, 5, 4, 7, 6};
+constexpr int kOrder4[4] = {1, 0, 3, 2};
+
+// The scale of each float32 lane of a chunk starting at flat element f, for blocks of 32 (block_shift 5) or 64
+// (block_shift 6) weights: lane i covers weights 8i .. 8i + 7, in block (f + 8i) >> block_shift.
+BNB_TARGET_AVX512 inline __m512 LaneScales(const float* absmax, int64_t f, int block_shift) {
+  const int64_t first = f >> block_shift;
+  if (block_shift == 5) {
+    const __m512i idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_loadu_ps(absmax + first)));
+  }
+  const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m128 two = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(absmax + first)));
+  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(two));
+}
+
+// One row's sum over whole chunks, for a Chunk functor that adds a chunk's unscaled code-times-A sums to two
+// accumulators: Chunk(row bytes of the chunk, chunk index, p, q). Defined once per target attribute (a function
+// inlines only into one compiled for at least its instruction sets, and the bfloat16 chunk needs AVX512-BF16).
+#define BNB_DEFINE_ROW_SUM(NAME, TARGET)                                                                              \
+  template <class Chunk>                                                                                             \
+  TARGET inline float NAME(const Chunk& chunk, const uint8_t* row_bytes, const float* absmax, int64_t row_first,    \
+                           int64_t K, int block_shift) {                                                             \
+    const int64_t chunks = K / kChunk;                                                                               \
+    __m512 total = _mm512_setzero_ps();                                                                              \
+    if (block_shift <= 6) {                                                                                          \
+      for (int64_t c = 0; c < chunks; ++c) {                                                                         \
+        __m512 p = _mm512_setzero_ps(), q = _mm512_setzero_ps();                                                     \
+        chunk(row_bytes + c * (kChunk / 2), c, p, q);                                                                \
+        const __m512 scales = LaneScales(absmax, row_first + c * kChunk, block_shift);                               \
+        total = _mm512_fmadd_ps(_mm512_add_ps(p, q), scales, total);                                                 \
+      }                                                                                                              \
+    } else { /* a chunk lies in one block: blocks are multiples of 128 long, chunks start at multiples of 128 */     \
+      int64_t c = 0;                                                                                                 \
+      while (c < chunks) {                                                                                           \
+        const int64_t block = (row_first + c * kChunk) >> block_shift;                                               \
+        const int64_t block_end = (((block + 1) << block_shift) - row_first) / kChunk; /* in chunks of the row */   \
+        const int64_t end = block_end < chunks ? block_end : chunks;                                                 \
+        __m512 p = _mm512_setzero_ps(), q = _mm512_setzero_ps();                                                     \
+        for (; c < end; ++c) chunk(row_bytes + c * (kChunk / 2), c, p, q);                                           \
+        total = _mm512_fmadd_ps(_mm512_add_ps(p, q), _mm512_set1_ps(absmax[block]), total);                          \
+      }                                                                                                              \
+    }                                                                                                                \
+    return _mm512_reduce_add_ps(total);                                                                              \
+  }
+
+BNB_DEFINE_ROW_SUM(RowSumAvx512, BNB_TARGET_AVX512)
+BNB_DEFINE_ROW_SUM(RowSumAvx512Bf16, BNB_TARGET_AVX512BF16)
+#undef BNB_DEFINE_ROW_SUM
+
+struct ChunkF32 {
+  __m512 table;
+  const float* a;  // A in lookup order: chunk c, shift step s, lane k at a[c * 128 + 16 * s + k]
+
+  BNB_TARGET_AVX512 inline void operator()(const uint8_t* bytes, int64_t c, __m512& p, __m512& q) const {
+    const __m512i x = _mm512_loadu_si512(bytes);
+    const float* ac = a + c * kChunk;
+    p = _mm512_fmadd_ps(_mm512_permutexvar_ps(x, table), _mm512_loadu_ps(ac), p);
+    q = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), table), _mm512_loadu_ps(ac + 16), q);
+    p = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x, 8), table), _mm512_loadu_ps(ac + 32), p);
+    q = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x, 12), table), _mm512_loadu_ps(ac + 48), q);
+    p = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x, 16), table), _mm512_loadu_ps(ac + 64), p);
+    q = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x, 20), table), _mm512_loadu_ps(ac + 80), q);
+    p = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x, 24), table), _mm512_loadu_ps(ac + 96), p);
+    q = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x, 28), table), _mm512_loadu_ps(ac + 112), q);
+  }
+};
+
+struct ChunkBf16 {
+  __m512i table;       // the 16 code values as bfloat16, twice
+  const uint16_t* a;   // A in lookup order: chunk c, shift step r, lane j at a[c * 128 + 32 * r + j]
+
+  BNB_TARGET_AVX512BF16 inline void operator()(const uint8_t* bytes, int64_t c, __m512& p, __m512& q) const {
+    const __m512i x = _mm512_loadu_si512(bytes);
+    const uint16_t* ac = a + c * kChunk;
+    p = _mm512_dpbf16_ps(p, Codes(x), Acts(ac));
+    q = _mm512_dpbf16_ps(q, Codes(_mm512_srli_epi16(x, 4)), Acts(ac + 32));
+    p = _mm512_dpbf16_ps(p, Codes(_mm512_srli_epi16(x, 8)), Acts(ac + 64));
+    q = _mm512_dpbf16_ps(q, Codes(_mm512_srli_epi16(x, 12)), Acts(ac + 96));
+  }
+
+  BNB_TARGET_AVX512BF16 inline __m512bh Codes(__m512i idx) const {
+    return reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(idx, table));
+  }
+  BNB_TARGET_AVX512BF16 static inline __m512bh Acts(const uint16_t* at) {
+    return reinterpret_cast<__m512bh>(_mm512_loadu_si512(at));
+  }
+};
+
+}  // namespace
+
+bool HasAvx512Bw() {
+  static const bool has = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512dq");
+  return has;
+}
+
+bool HasAvx512Bf16() {
+  static const bool has = HasAvx512Bw() && __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
+BNB_TARGET_AVX512 void RowsF32(DType dtype, const void* A, const uint8_t* B, const float* absmax,
+                               const float* code16, int64_t K, int block_shift, float* acc, int64_t row_begin,
+                               int64_t row_end) {
+  std::vector<float> a(K);
+  for (int64_t c = 0; c < K; c += kChunk) {
+    for (int s = 0; s < 8; ++s) {
+      for (int k = 0; k < 16; ++k) a[c + 16 * s + k] = LoadAsFloat(dtype, A, c + 8 * k + kOrder8[s]);
+    }
+  }
+  const ChunkF32 chunk{_mm512_loadu_ps(code16), a.data()};
+  for (int64_t m = row_begin; m < row_end; ++m) {
+    acc[m - row_begin] = RowSumAvx512(chunk, B + m * (K / 2), absmax, m * K, K, block_shift);
+  }
+}
+
+BNB_TARGET_AVX512BF16 void RowsBf16(const void* A, const uint8_t* B, const float* absmax, const float* code16,
+                                    int64_t K, int block_shift, float* acc, int64_t row_begin, int64_t row_end) {
+  std::vector<uint16_t> a(K);
+  for (int64_t c = 0; c < K; c += kChunk) {
+    for (int r = 0; r < 4; ++r) {
+      for (int j = 0; j < 32; ++j) a[c + 32 * r + j] = LoadElement<uint16_t>(A, c + 4 * j + kOrder4[r]);
+    }
+  }
+  uint16_t table[32];
+  for (int i = 0; i < 32; ++i) table[i] = FloatToBF16(code16[i & 15]);
+  const ChunkBf16 chunk{_mm512_loadu_si512(table), a.data()};
+  for (int64_t m = row_begin; m < row_end; ++m) {
+    acc[m - row_begin] = RowSumAvx512Bf16(chunk, B + m * (K / 2), absmax, m * K, K, block_shift);
+  }
+}
+
+}  // namespace bnb::core::gemv4_x86
+
+#endif  // BNB_GEMV4_X86

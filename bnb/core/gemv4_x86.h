@@ -1,0 +1,38 @@
+// The AVX-512 kernels of the 4-bit matrix-vector product (gemv4.h), for its dispatch in gemv4_hwy.cc.
+#pragma once
+
+#include <cstdint>
+
+#include "bnb/core/dtype.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define BNB_GEMV4_X86 1
+#else
+#define BNB_GEMV4_X86 0
+#endif
+
+#if BNB_GEMV4_X86
+namespace bnb::core::gemv4_x86 {
+
+// They take whole 128-weight chunks of whole rows: K a multiple of this.
+inline constexpr int64_t kChunk = 128;
+
+// Whether the processor has AVX512-BW (the float32 kernel) and AVX512-BF16 (the bfloat16 one); CPUID. The caller
+// checks that AVX-512 itself is dispatched (the cpu.isa cap).
+bool HasAvx512Bw();
+bool HasAvx512Bf16();
+
+// Gemv4's contract (gemv4.h) for K % kChunk == 0 and rows with finite absmax (the caller takes the others to the
+// definition). Products and sums in float32, each output rounded once to `dtype`.
+//   - RowsF32 (any dtype of A, widened to float32): the 16 code values looked up by vpermps, one float32 product
+//     per weight;
+//   - RowsBf16 (A in bfloat16, AVX512-BF16): the code values rounded to bfloat16, looked up by vpermw, multiplied
+//     in pairs by vdpbf16ps. Each weight's code value then carries a relative error of at most 2^-9, the rounding a
+//     bfloat16 weight has (so the result is as exact as a bfloat16 product with a dequantized bfloat16 weight).
+void RowsF32(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
+             int block_shift, float* acc, int64_t row_begin, int64_t row_end);
+void RowsBf16(const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t K, int block_shift,
+              float* acc, int64_t row_begin, int64_t row_end);
+
+}  // namespace bnb::core::gemv4_x86
+#endif

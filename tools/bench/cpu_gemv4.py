@@ -1,0 +1,130 @@
+"""CPU benchmark of the 4-bit matrix-vector product, one token: bnb's gemv_4bit beside bitsandbytes' (where
+importable), torch's int4 kernel (_weight_int4pack_mm_for_cpu), F.linear on the dense weight, and a memory copy as
+the limit, all in one run, at each thread count.
+
+"% of limit": the weight's bytes (packed codes and absmax statistics) read per second against the copy's bytes
+moved (read plus written) per second, the median over rounds of the ratio within a round. The 4-bit weight is NF4,
+nested absmax (compress_statistics=True), as QLoRA stores it. Run: tools/bench/run_cpu.sh, or
+.venv/bin/python tools/bench/cpu_gemv4.py; bitsandbytes from an unpacked wheel: PYTHONPATH=<dir> (not installed:
+it would shadow nothing of bnb, but pip sees one 'bitsandbytes' only).
+"""
+
+import argparse
+
+import torch
+
+import bnb
+from bnb import functional as F
+from timing import dtype_name, machine_line, round_seconds
+
+# One Llama-3-8B decoder layer's linears, N x K: q, k, v, o, gate, up, down.
+LLAMA3_8B_LAYER = [(4096, 4096), (1024, 4096), (1024, 4096), (4096, 4096), (14336, 4096), (14336, 4096),
+                   (4096, 14336)]
+
+
+def bnb_case(W, dtype, blocksize):
+    packed, state = F.quantize_4bit(W.to(dtype), blocksize=blocksize, quant_type="nf4", compress_statistics=True)
+    weight_bytes = packed.numel() + state.absmax.numel() + state.state2.absmax.numel() * 4 + 256 * 4
+    return weight_bytes, lambda a: F.gemv_4bit(a, packed, state=state)
+
+
+def bitsandbytes_case(W, dtype, blocksize):
+    """bitsandbytes' gemv_4bit on the same weight, or None where it is not importable or has no CPU kernel."""
+    try:
+        import bitsandbytes.functional as BF
+        packed, state = BF.quantize_4bit(W.to(dtype), blocksize=blocksize, quant_type="nf4", compress_statistics=True)
+        fn = lambda a: BF.gemv_4bit(a, packed.t(), state=state)  # noqa: E731
+        fn(torch.randn(1, W.shape[1]).to(dtype))
+        return fn
+    except Exception:  # noqa: BLE001  (a peer that cannot run here is left out of the table, not an error)
+        return None
+
+
+def int4pack_case(W, dtype, blocksize):
+    """torch's int4 CPU kernel on W quantized to int4 with a scale and zero per group of `blocksize` (its layout)."""
+    N, K = W.shape
+    groups = W.reshape(N, K // blocksize, blocksize)
+    lo, hi = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
+    scale = ((hi - lo) / 15).clamp(min=1e-8)
+    q = ((groups - lo) / scale).round().clamp(0, 15).to(torch.int32).reshape(N, K)
+    zero = lo + 8 * scale  # the kernel computes (q - 8) * scale + zero
+    scales_zeros = torch.stack([scale.reshape(N, -1).t(), zero.reshape(N, -1).t()], dim=-1).to(dtype).contiguous()
+    packed = torch._convert_weight_to_int4pack_for_cpu(q, 1)
+    fn = lambda a: torch._weight_int4pack_mm_for_cpu(a, packed, blocksize, scales_zeros)  # noqa: E731
+    try:
+        fn(torch.randn(1, K).to(dtype))
+    except RuntimeError:
+        return None
+    return fn
+
+
+def shape_rows(shapes, dtype, blocksize, rounds, with_peers):
+    """Times one token through each weight of `shapes` (summed, as a layer's decode step), per implementation."""
+    a = {K: torch.randn(1, K).to(dtype) for _, K in shapes}
+    Ws = [torch.randn(N, K) * 0.02 for N, K in shapes]
+    weight_bytes, ours = 0, []
+    for W in Ws:
+        nbytes, fn = bnb_case(W, dtype, blocksize)
+        weight_bytes += nbytes
+        ours.append((W.shape[1], fn))
+    impls = [("bnb gemv_4bit", ours)]
+    if with_peers:
+        for name, make in (("bitsandbytes gemv_4bit", bitsandbytes_case), ("torch int4pack_mm", int4pack_case)):
+            fns = [make(W, dtype, blocksize) for W in Ws]
+            if all(f is not None for f in fns):
+                impls.append((name, [(W.shape[1], f) for W, f in zip(Ws, fns)]))
+        dense = [W.to(dtype) for W in Ws]
+        impls.append((f"F.linear {dtype_name(dtype)}",
+                      [(W.shape[1], (lambda w: lambda x: torch.nn.functional.linear(x, w))(W)) for W in dense]))
+    src = torch.empty(weight_bytes, dtype=torch.uint8).random_()
+    dst = torch.empty_like(src)
+    fns = [lambda: dst.copy_(src)] + [(lambda fs: lambda: [f(a[K]) for K, f in fs])(fs) for _, fs in impls]
+    times = round_seconds(fns, rounds)
+    copy = times[0]
+    rows = []
+    for (name, _), ts in zip(impls, times[1:]):
+        ratios = sorted((weight_bytes / t) / (2 * weight_bytes / c) for t, c in zip(ts, copy))
+        rows.append((name, min(ts), 100 * ratios[len(ratios) // 2]))
+    return weight_bytes, min(copy), rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--shapes", default="4096x4096,14336x4096,4096x14336", help="weights NxK, one table row each")
+    ap.add_argument("--threads", default="1,2", help="thread counts, one table each")
+    ap.add_argument("--dtypes", default="bfloat16,float32")
+    ap.add_argument("--blocksize", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=15, help="rounds (timing.round_seconds)")
+    ap.add_argument("--no-layer", action="store_true", help="leave out the Llama-3-8B layer row")
+    ap.add_argument("--no-peers", action="store_true", help="bnb alone (bitsandbytes, torch left out)")
+    args = ap.parse_args(argv)
+    shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
+    cases = [(f"{N}x{K}", [(N, K)]) for N, K in shapes]
+    if not args.no_layer:
+        cases.append(("Llama-3-8B layer, 7 linears", LLAMA3_8B_LAYER))
+    saved = torch.get_num_threads()
+    try:
+        for threads in (int(t) for t in args.threads.split(",")):
+            torch.set_num_threads(threads)
+            print(f"{machine_line()}, NF4 blocksize {args.blocksize}, nested absmax, one token (1 x K)")
+            head = f"{'weight':<30}{'A':<10}{'implementation':<26}{'us':>9}{'% of limit':>12}"
+            print(head)
+            print("-" * len(head))
+            for dtype in (getattr(torch, d) for d in args.dtypes.split(",")):
+                kernel = bnb._C.gemv4_kernel(str(dtype), shapes[0][1])
+                for label, case_shapes in cases:
+                    nbytes, copy_s, rows = shape_rows(case_shapes, dtype, args.blocksize, args.repeat,
+                                                      not args.no_peers)
+                    print(f"{label:<30}{dtype_name(dtype):<10}{'limit (copy, read only)':<26}"
+                          f"{copy_s / 2 * 1e6:>9.0f}{100:>11}%")
+                    for name, seconds, pct in rows:
+                        if name == "bnb gemv_4bit":
+                            name = f"bnb ({kernel})"
+                        print(f"{'':<30}{'':<10}{name:<26}{seconds * 1e6:>9.0f}{pct:>11.0f}%")
+            print()
+    finally:
+        torch.set_num_threads(saved)
+
+
+if __name__ == "__main__":
+    main()
