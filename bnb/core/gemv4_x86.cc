@@ -19,6 +19,10 @@
 
 #if BNB_GEMV4_X86
 
+// GCC 12 warns that intrinsics it implements over _mm512_undefined_* (vpermps, shifts, the lane sums) use an
+// uninitialized value, inside its own headers: a known false positive.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <vector>
@@ -41,37 +45,45 @@ BNB_TARGET_AVX512 inline __m512 LaneScales(const float* absmax, int64_t f, int b
   const int64_t first = f >> block_shift;
   if (block_shift == 5) {
     const __m512i idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_loadu_ps(absmax + first)));
+    return _mm512_permutexvar_ps(idx, _mm512_zextps128_ps512(_mm_loadu_ps(absmax + first)));
   }
   const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m128 two = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(absmax + first)));
-  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(two));
+  return _mm512_permutexvar_ps(idx, _mm512_zextps128_ps512(two));
 }
 
-// One row's sum over whole chunks, for a Chunk functor that adds a chunk's unscaled code-times-A sums to two
+// How far ahead of the chunk it reads a row prefetches its bytes. Hardware prefetch alone left a DRAM-bound gemv at
+// ~60% of a copy's bandwidth; 256-2048 bytes ahead measured alike (tools/bench/NOTES.md, '4-bit gemv on AVX-512').
+constexpr int64_t kPrefetchBytes = 512;
+
+// A row's sum over its chunks [c0, c1), for a Chunk functor that adds a chunk's unscaled code-times-A sums to two
 // accumulators: Chunk(row bytes of the chunk, chunk index, p, q). Defined once per target attribute (a function
 // inlines only into one compiled for at least its instruction sets, and the bfloat16 chunk needs AVX512-BF16).
+#define BNB_ROW_STEP(c)                                                                                       \
+  {                                                                                                                  \
+    _mm_prefetch(reinterpret_cast<const char*>(row_bytes + (c) * (kChunk / 2) + kPrefetchBytes), _MM_HINT_T0);      \
+    chunk(row_bytes + (c) * (kChunk / 2), c, p, q);                                                                  \
+  }
 #define BNB_DEFINE_ROW_SUM(NAME, TARGET)                                                                              \
   template <class Chunk>                                                                                             \
   TARGET inline float NAME(const Chunk& chunk, const uint8_t* row_bytes, const float* absmax, int64_t row_first,    \
-                           int64_t K, int block_shift) {                                                             \
-    const int64_t chunks = K / kChunk;                                                                               \
+                           int64_t c0, int64_t c1, int block_shift) {                                                \
     __m512 total = _mm512_setzero_ps();                                                                              \
     if (block_shift <= 6) {                                                                                          \
-      for (int64_t c = 0; c < chunks; ++c) {                                                                         \
+      for (int64_t c = c0; c < c1; ++c) {                                                                            \
         __m512 p = _mm512_setzero_ps(), q = _mm512_setzero_ps();                                                     \
-        chunk(row_bytes + c * (kChunk / 2), c, p, q);                                                                \
+        BNB_ROW_STEP(c)                                                                                              \
         const __m512 scales = LaneScales(absmax, row_first + c * kChunk, block_shift);                               \
         total = _mm512_fmadd_ps(_mm512_add_ps(p, q), scales, total);                                                 \
       }                                                                                                              \
     } else { /* a chunk lies in one block: blocks are multiples of 128 long, chunks start at multiples of 128 */     \
-      int64_t c = 0;                                                                                                 \
-      while (c < chunks) {                                                                                           \
+      int64_t c = c0;                                                                                                \
+      while (c < c1) {                                                                                               \
         const int64_t block = (row_first + c * kChunk) >> block_shift;                                               \
         const int64_t block_end = (((block + 1) << block_shift) - row_first) / kChunk; /* in chunks of the row */   \
-        const int64_t end = block_end < chunks ? block_end : chunks;                                                 \
+        const int64_t end = block_end < c1 ? block_end : c1;                                                         \
         __m512 p = _mm512_setzero_ps(), q = _mm512_setzero_ps();                                                     \
-        for (; c < end; ++c) chunk(row_bytes + c * (kChunk / 2), c, p, q);                                           \
+        for (; c < end; ++c) BNB_ROW_STEP(c)                                                                         \
         total = _mm512_fmadd_ps(_mm512_add_ps(p, q), _mm512_set1_ps(absmax[block]), total);                          \
       }                                                                                                              \
     }                                                                                                                \
@@ -81,6 +93,15 @@ BNB_TARGET_AVX512 inline __m512 LaneScales(const float* absmax, int64_t f, int b
 BNB_DEFINE_ROW_SUM(RowSumAvx512, BNB_TARGET_AVX512)
 BNB_DEFINE_ROW_SUM(RowSumAvx512Bf16, BNB_TARGET_AVX512BF16)
 #undef BNB_DEFINE_ROW_SUM
+#undef BNB_ROW_STEP
+
+// Rows [row_begin, row_end) into acc, each row read whole. Cutting K into slices whose A stays in L1 (over bands
+// of 4-64 rows) measured 10-60% slower for K = 14336, where A does not fit L1: the weights' short strided runs cost
+// more than A from L2 (tools/bench/NOTES.md, '4-bit gemv on AVX-512').
+template <class SumRange>
+inline void SumRows(const SumRange& sum_range, int64_t K, float* acc, int64_t row_begin, int64_t row_end) {
+  for (int64_t m = row_begin; m < row_end; ++m) acc[m - row_begin] = sum_range(m, 0, K / kChunk);
+}
 
 struct ChunkF32 {
   __m512 table;
@@ -121,6 +142,28 @@ struct ChunkBf16 {
   }
 };
 
+// Row m's sum over its chunks [c0, c1), for SumRows.
+template <class Chunk>
+struct RangeSum {
+  Chunk chunk;
+  const uint8_t* B;
+  const float* absmax;
+  int64_t K;
+  int block_shift;
+
+  float operator()(int64_t m, int64_t c0, int64_t c1) const;
+};
+
+template <>
+BNB_TARGET_AVX512 float RangeSum<ChunkF32>::operator()(int64_t m, int64_t c0, int64_t c1) const {
+  return RowSumAvx512(chunk, B + m * (K / 2), absmax, m * K, c0, c1, block_shift);
+}
+
+template <>
+BNB_TARGET_AVX512BF16 float RangeSum<ChunkBf16>::operator()(int64_t m, int64_t c0, int64_t c1) const {
+  return RowSumAvx512Bf16(chunk, B + m * (K / 2), absmax, m * K, c0, c1, block_shift);
+}
+
 }  // namespace
 
 bool HasAvx512Bw() {
@@ -144,9 +187,7 @@ BNB_TARGET_AVX512 void RowsF32(DType dtype, const void* A, const uint8_t* B, con
     }
   }
   const ChunkF32 chunk{_mm512_loadu_ps(code16), a.data()};
-  for (int64_t m = row_begin; m < row_end; ++m) {
-    acc[m - row_begin] = RowSumAvx512(chunk, B + m * (K / 2), absmax, m * K, K, block_shift);
-  }
+  SumRows(RangeSum<ChunkF32>{chunk, B, absmax, K, block_shift}, K, acc, row_begin, row_end);
 }
 
 BNB_TARGET_AVX512BF16 void RowsBf16(const void* A, const uint8_t* B, const float* absmax, const float* code16,
@@ -160,9 +201,7 @@ BNB_TARGET_AVX512BF16 void RowsBf16(const void* A, const uint8_t* B, const float
   uint16_t table[32];
   for (int i = 0; i < 32; ++i) table[i] = FloatToBF16(code16[i & 15]);
   const ChunkBf16 chunk{_mm512_loadu_si512(table), a.data()};
-  for (int64_t m = row_begin; m < row_end; ++m) {
-    acc[m - row_begin] = RowSumAvx512Bf16(chunk, B + m * (K / 2), absmax, m * K, K, block_shift);
-  }
+  SumRows(RangeSum<ChunkBf16>{chunk, B, absmax, K, block_shift}, K, acc, row_begin, row_end);
 }
 
 }  // namespace bnb::core::gemv4_x86
