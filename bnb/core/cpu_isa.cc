@@ -58,7 +58,9 @@ std::vector<std::string> CompiledIsas() {
   return names;
 }
 
-std::string ActiveIsa() { return LowerName(HWY_DYNAMIC_DISPATCH(DispatchedTarget)()); }
+std::string ActiveIsa() { return LowerName(ActiveTarget()); }
+
+int64_t ActiveTarget() { return HWY_DYNAMIC_DISPATCH(DispatchedTarget)(); }
 
 namespace {
 

@@ -1,6 +1,7 @@
 // Which instruction set the vectorized CPU kernels run on, and a cap on it (knob cpu.isa).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include "absl/strings/string_view.h"
 #include <vector>
@@ -17,8 +18,9 @@ std::vector<std::string> AvailableIsas();
 // AvailableIsas() never run the others here.
 std::vector<std::string> CompiledIsas();
 
-// The instruction set the kernels dispatch to now.
+// The instruction set the kernels dispatch to now, by name and as Highway's target bit (HWY_AVX2, ...).
 std::string ActiveIsa();
+int64_t ActiveTarget();
 
 // Caps dispatch at `name` ("best" lifts the cap): kernels use the best available set no better than it.
 // Any set compiled into bnb is accepted, supported by this processor or not; otherwise fails listing the names.

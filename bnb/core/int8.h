@@ -44,6 +44,12 @@ void Int8QuantizeColumns(DType dtype, const void* x, int64_t K, float threshold,
 // Rows [r0, r1): out[r, k] = (codes[r, k] * stats[r]) * kInv127, float32.
 void Int8DequantizeRows(const int8_t* codes, const float* stats, int64_t K, int64_t r0, int64_t r1, float* out);
 
+// Rows [r0, r1) of out (dtype, [*, n_cols]): out[r, j] = (codes[r, cols[j]] * stats[r]) * kInv127 in float32,
+// rounded once to dtype (Int8DequantizeRows of those columns, then the conversion). codes: [*, K]; each cols[j] in
+// [0, K). One version: a gather of a few columns per row, in scalar code.
+void Int8DequantizeColumns(const int8_t* codes, int64_t K, const float* stats, const int64_t* cols, int64_t n_cols,
+                           int64_t r0, int64_t r1, DType dtype, void* out);
+
 // Rows [r0, r1) of out (dtype, [*, N]) = (float(A[r, n]) * (row_stats[r] * col_stats[n])) * kInv127Squared
 // (+ bias[n] widened to float32, when bias is not null), rounded once to dtype.
 void Int8DequantizeProduct(const int32_t* A, const float* row_stats, const float* col_stats, DType bias_dtype,

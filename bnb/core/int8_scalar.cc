@@ -82,3 +82,16 @@ void DequantizeProduct(const int32_t* A, const float* row_stats, const float* co
 }
 
 }  // namespace bnb::core::int8_scalar
+
+namespace bnb::core {
+
+void Int8DequantizeColumns(const int8_t* codes, int64_t K, const float* stats, const int64_t* cols, int64_t n_cols,
+                           int64_t r0, int64_t r1, DType dtype, void* out) {
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t j = 0; j < n_cols; ++j) {
+      StoreFromFloat(dtype, out, r * n_cols + j, (static_cast<float>(codes[r * K + cols[j]]) * stats[r]) * kInv127);
+    }
+  }
+}
+
+}  // namespace bnb::core

@@ -10,6 +10,7 @@
 #include "bnb/core/codebook.h"
 #include "bnb/core/config.h"
 #include "bnb/core/cpu_isa.h"
+#include "bnb/core/int8_gemm.h"
 #include "bnb/core/cpu_settings.h"
 #include "bnb/jit/cuda/nvrtc.h"
 #include "bnb/jit/kernel_cache.h"
@@ -112,6 +113,10 @@ PYBIND11_MODULE(_C, m) {
     Unwrap(bnb::core::CurrentCpuSettings());  // applies the cpu.isa cap first
     return bnb::core::ActiveIsa();
   }, "The instruction set the CPU kernels dispatch to, after the cpu.isa cap.");
+  m.def("int8_gemm_kernel", [] {
+    Unwrap(bnb::core::CurrentCpuSettings());  // applies the cpu.isa cap first
+    return std::string(bnb::core::Int8GemmKernelName(bnb::core::ActiveInt8GemmKernel()));
+  }, "The kernel of the int8 product (int8_linear_matmul) on the CPU, after the cpu.isa cap.");
   m.def("cpu_isas", &bnb::core::AvailableIsas, "Instruction sets compiled in and supported here, best first.");
   m.def("cpu_isas_compiled", &bnb::core::CompiledIsas, "Instruction sets compiled in, best first.");
 

@@ -95,6 +95,31 @@ TEST_P(EveryIsa, Int8DequantizeProductEqualsScalar) {
   }
 }
 
+TEST(Int8DequantizeColumns, EqualsDequantizedRowsOfTheGatheredColumns) {
+  std::mt19937 rng(5);
+  const int64_t rows = 7, K = 50;
+  std::vector<int8_t> codes(rows * K);
+  for (int8_t& c : codes) c = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+  std::vector<float> stats(rows);
+  for (float& s : stats) s = static_cast<float>(rng() % 100000) / 997.0f;
+  stats[2] = INFINITY;
+  stats[3] = NAN;
+  const std::vector<int64_t> cols = {0, 3, 3, 49, 17};
+  const int64_t n = static_cast<int64_t>(cols.size());
+  std::vector<int8_t> gathered(rows * n);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < n; ++j) gathered[r * n + j] = codes[r * K + cols[j]];
+  }
+  std::vector<float> want(rows * n);
+  int8_scalar::DequantizeRows(gathered.data(), stats.data(), n, 0, rows, want.data());
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    std::vector<uint8_t> got(rows * n * DTypeSize(dtype));
+    Int8DequantizeColumns(codes.data(), K, stats.data(), cols.data(), n, 2, rows, dtype, got.data());
+    Int8DequantizeColumns(codes.data(), K, stats.data(), cols.data(), n, 0, 2, dtype, got.data());
+    tests::ExpectSameBits(dtype, got, Encode(dtype, want), rows * n);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Int8, EveryIsa, ::testing::ValuesIn(AvailableIsas()),
                          [](const auto& info) { return info.param; });
 

@@ -9,6 +9,7 @@ import torch
 import bnb.config
 import cpu_blockwise4
 import cpu_blockwise8
+import cpu_int8
 import cpu_optim
 import timing
 
@@ -61,6 +62,22 @@ def test_blockwise4_bench_prints_every_row(capsys):
     assert len(gemv) == 2, out
     for line in gemv:
         assert all(float(us) > 0 for us in line.split()[-3:]), line
+
+
+def test_int8_bench_prints_every_row(capsys):
+    cpu_int8.main(["--shape", "96x200", "--batches", "1,5", "--linear-batches", "1,3", "--repeat", "1"])
+    out = capsys.readouterr().out
+    assert f"int8 product kernel {bnb._C.int8_gemm_kernel()}" in out
+    product = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("M=")}
+    assert sorted(product) == ["M=1", "M=5"], out
+    for cells in product.values():  # us, TOP/s, _int_mm us, TOP/s (0.000 at this size), speedup
+        assert len(cells) == 5 and all(float(cells[i].rstrip("x")) > 0 for i in (0, 2, 4)), cells
+        assert float(cells[1]) >= 0 and float(cells[3]) >= 0, cells
+    linear = [line.split()[2:] for line in out.splitlines() if line.startswith("batch ")]
+    assert len(linear) == 2, out
+    for cells in linear:  # thresholds 0 and 6, bf16 and fp32 F.linear, the weight read
+        assert len(cells) == 5 and all(float(c) >= 0 for c in cells), cells
+    assert out.count("thread scaling:") == 2
 
 
 KNOBS = ("cpu.threads", "cpu.grain_elements")

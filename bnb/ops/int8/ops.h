@@ -20,6 +20,17 @@
 //                                   at::Tensor& out);
 //   };
 //
+// Two more kernels are optional; a backend that has them is faster, one without gets these compositions:
+//
+//     // out ([rows, N] of its dtype, contiguous) = Matmul's product dequantized as DequantizeProduct does, in one
+//     // pass; returns false to leave it to Matmul and DequantizeProduct (out untouched).
+//     static bool ScaledMatmul(const char* op, const at::Tensor& A, const at::Tensor& B, const at::Tensor& row_stats,
+//                              const at::Tensor& col_stats, const c10::optional<at::Tensor>& bias, at::Tensor& out);
+//     // [N, len(cols)] of dtype: the columns `cols` (checked) of codes [N, K], dequantized by DequantizeRows' rule
+//     // and rounded to dtype.
+//     static at::Tensor DequantizeColumns(const char* op, const at::Tensor& codes, const at::Tensor& stats,
+//                                         const at::Tensor& cols, c10::ScalarType dtype);
+//
 // int8_scaled_mm and int8_mixed_scaled_mm are compositions of these (and ATen ops), the same on every backend. The
 // outlier columns' count depends on the data, which a C++ Meta kernel cannot express: int8_vectorwise_quant and
 // int8_double_quant get their Meta / fake kernels from bnb/python/bnb/reference/int8.py.
@@ -29,6 +40,7 @@
 #include <torch/library.h>
 
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "bnb/ops/common/checks.h"
@@ -64,6 +76,16 @@ inline c10::SymInt SymRows(const at::Tensor& t) {
 }
 inline int64_t NumRows(const at::Tensor& t) { return SymRows(t).guard_int(__FILE__, __LINE__); }
 inline at::Tensor Rows(const at::Tensor& t) { return t.reshape_symint({SymRows(t), t.sym_size(-1)}); }
+
+// Whether a backend has the optional kernels (see above).
+template <class Backend, class = void>
+struct HasScaledMatmul : std::false_type {};
+template <class Backend>
+struct HasScaledMatmul<Backend, std::void_t<decltype(&Backend::ScaledMatmul)>> : std::true_type {};
+template <class Backend, class = void>
+struct HasDequantizeColumns : std::false_type {};
+template <class Backend>
+struct HasDequantizeColumns<Backend, std::void_t<decltype(&Backend::DequantizeColumns)>> : std::true_type {};
 
 template <class Backend>
 struct Ops {
@@ -167,10 +189,16 @@ struct Ops {
       ScaledProduct(op, CA, CB, SCA, SCB, bias, out);
       // The outlier columns in A's precision: A's and the weight's (dequantized) columns, added by one addmm.
       const at::Tensor subA = Rows(A).index_select(1, cols);
-      const at::Tensor sub_codes = CB.index_select(1, cols).contiguous();
-      at::Tensor subB = at::empty(sub_codes.sizes(), sub_codes.options().dtype(at::kFloat));
-      Backend::DequantizeRows(op, sub_codes, SCB, subB);
-      Rows(out).addmm_(subA, subB.to(A.scalar_type()).t());
+      at::Tensor subB;
+      if constexpr (HasDequantizeColumns<Backend>::value) {
+        subB = Backend::DequantizeColumns(op, CB, SCB, cols, A.scalar_type());
+      } else {
+        const at::Tensor sub_codes = CB.index_select(1, cols).contiguous();
+        subB = at::empty(sub_codes.sizes(), sub_codes.options().dtype(at::kFloat));
+        Backend::DequantizeRows(op, sub_codes, SCB, subB);
+        subB = subB.to(A.scalar_type());
+      }
+      Rows(out).addmm_(subA, subB.t());
       return {out, subA};
     }
   }
@@ -192,6 +220,10 @@ struct Ops {
   // out = the dequantized product of the int8 A and B (checked), in out's dtype.
   static void ScaledProduct(const char* op, const at::Tensor& A, const at::Tensor& B, const at::Tensor& row_stats,
                             const at::Tensor& col_stats, const c10::optional<at::Tensor>& bias, at::Tensor& out) {
+    if constexpr (HasScaledMatmul<Backend>::value) {
+      at::Tensor rows = Rows(out);
+      if (Backend::ScaledMatmul(op, Rows(A), B, row_stats, col_stats, bias, rows)) return;
+    }
     at::Tensor product = at::empty({Rows(A).size(0), B.size(0)}, A.options().dtype(at::kInt));
     Backend::Matmul(op, Rows(A), B, product);
     at::Tensor rows = Rows(out);

@@ -18,6 +18,6 @@ def isa_line() -> str:
 def run_info(isas_only: bool = False) -> int:
     if not isas_only:
         print(f"bnb {__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads")
-        print(f"CPU kernels dispatch to: {_C.cpu_isa()} (cap: knob cpu.isa)")
+        print(f"CPU kernels dispatch to: {_C.cpu_isa()} (cap: knob cpu.isa); int8 product: {_C.int8_gemm_kernel()}")
     print(isa_line())
     return 0

@@ -311,20 +311,24 @@ class Linear8bitLt(_Int8WeightModule, nn.Linear):
         self.state.CB, self.state.SCB = self.weight.CB, self.weight.SCB
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.state.is_training = self.training
+        # Each attribute read once (a module's parameter lookups cost ~1 us each, a tenth of a small layer's call).
+        state, weight = self.state, self.weight
+        state.is_training = self.training
         if x.shape[-1:] != (self.in_features,):
             raise RuntimeError(f"{type(self).__name__}: input has {x.shape[-1] if x.dim() else 0} features (shape "
                                f"{list(x.shape)}), the layer takes {self.in_features}")
-        if not self.state.has_fp16_weights:
-            if isinstance(self.weight, Int8Params) and self.weight.dtype != torch.int8:
-                self.weight._quantize(self.weight.device)  # never moved: quantized now, as bitsandbytes does
-            if self.weight.dtype == torch.int8:
-                if self._scales() is None:
+        if not state.has_fp16_weights:
+            if isinstance(weight, Int8Params) and weight.dtype != torch.int8:
+                weight._quantize(weight.device)  # never moved: quantized now (in place), as bitsandbytes does
+            if weight.dtype == torch.int8:
+                scb = getattr(weight, "SCB", None)
+                scb = scb if scb is not None else state.SCB  # _scales()
+                if scb is None:
                     raise RuntimeError(f"{type(self).__name__}: the weight holds int8 codes without their row scales "
                                        "(weight.SCB); load a checkpoint with its SCB, or quantize a float weight by "
                                        "moving the module (.to(device))")
-                self._sync_state()
-        return matmul(x, self.weight, bias=self.bias, state=self.state)
+                state.CB, state.SCB = weight, scb  # _sync_state()
+        return matmul(x, weight, bias=self.bias, state=state)
 
 
 class Embedding8bit(_Int8WeightModule, nn.Embedding):
