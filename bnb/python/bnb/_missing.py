@@ -3,7 +3,6 @@
 Code written for bitsandbytes that reaches one gets NotImplementedError naming the name and the feature, never an
 AttributeError that reads like a typo: functions and classes are stubs that raise when called (so `hasattr` stays
 True, as with bitsandbytes), plain values raise when read (through the module's __getattr__).
-`python -m bnb info --missing` prints the table.
 """
 
 from __future__ import annotations

@@ -49,9 +49,9 @@ def run_quantize(args) -> int:
     original = model_class.from_pretrained(src, dtype=dtype, device_map="cpu").eval()
     probe = _probe_inputs(transformers, src, config, args.probe)
     expected = _probe(original, probe)
-    print(f"  {sum(p.numel() for p in original.parameters()) / 1e6:.1f}M parameters, "
-          f"{_count_linears(original, quantization)} linear weights to quantize")
     total = _count_linears(original, quantization)
+    print(f"  {sum(p.numel() for p in original.parameters()) / 1e6:.1f}M parameters, {total} linear weights to "
+          "quantize")
     del original
 
     bar = Progress("  quantizing", total, "weights")
