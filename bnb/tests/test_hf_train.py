@@ -54,7 +54,8 @@ def trainable(model) -> list:
 
 
 def assert_learns(losses):
-    # Random labels over 512 tokens start at ln(512) = 6.24; 8 steps at lr 1e-2 reach ~5.35 (measured).
+    # Random labels over 512 tokens start at ln(512) = 6.24; 8 steps at lr 1e-2 reach 5.17 (measured:
+    # torch AdamW 5.171, PagedAdamW8bit with 8-bit state 5.172, Trainer paged_adamw_8bit 5.178).
     assert losses[0] == pytest.approx(6.24, abs=0.1), losses
     assert losses[-1] < losses[0] - 0.5 and losses == sorted(losses, reverse=True), losses
 
