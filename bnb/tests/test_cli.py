@@ -48,7 +48,7 @@ def test_demo_rejects_bad_arguments_in_one_line(tmp_path, args, bad):
 def test_help_names_every_command(tmp_path):
     run = run_bnb(tmp_path, "--help")
     assert run.returncode == 0
-    for command in ("demo", "config", "cache", "info", "dispatch"):
+    for command in ("demo", "config", "cache", "info", "dispatch", "quantize"):
         assert f"{command} (" in run.stdout.replace("\n", " "), run.stdout
 
 

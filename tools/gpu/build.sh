@@ -40,7 +40,8 @@ BNB_DEPS_PREFIX=$prefix BNB_GEN_DIR=$work/gen MAX_JOBS=${MAX_JOBS:-$(nproc)} \
 echo "[gpu] built in $(( $(date +%s) - t0 )) s"
 cp -r bnb/python/bnb/. "$stage/bnb/"
 version=$(sed -n 's/^BNB_VERSION = "\(.*\)"/\1/p' version.bzl)
-echo "__version__ = \"$version\"" > "$stage/bnb/_version.py"
+api=$(sed -n 's/^BITSANDBYTES_API_VERSION = "\(.*\)"/\1/p' version.bzl)
+printf '__version__ = "%s"\n__bitsandbytes_version__ = "%s"\n' "$version" "$api" > "$stage/bnb/_version.py"
 export PYTHONPATH=$stage
 export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 $python -c "import bnb, torch; print('[gpu] bnb', bnb.__version__, 'from', bnb.__file__, '| cuda:',

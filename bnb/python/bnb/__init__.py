@@ -15,7 +15,13 @@ from .autograd import matmul_4bit
 from .autograd_int8 import MatmulLtState, matmul
 from .functional import QuantState
 
-from ._version import __version__  # generated from version.bzl
+from ._version import __bitsandbytes_version__, __version__  # generated from version.bzl
+
+# bitsandbytes' signals to the libraries that use it, with their meaning in bnb. accelerate lets a quantized model
+# train on the CPU where "multi_backend" is a feature; transformers quantizes only where an available device is
+# supported. The devices bnb has kernels of its own for; the reference kernels run bnb's ops on any other device too.
+features = {"multi_backend"}
+supported_torch_devices = {"cpu", "cuda"}
 
 _reference.register()
 _autograd.register()
@@ -34,5 +40,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'bnb' has no attribute {name!r}")
 
 
-__all__ = ["backends", "config", "functional", "jit", "matmul", "matmul_4bit", "MatmulLtState", "nn", "optim",
-           "QuantState", "utils", "__version__"]
+__all__ = ["backends", "config", "features", "functional", "jit", "matmul", "matmul_4bit", "MatmulLtState", "nn",
+           "optim", "QuantState", "supported_torch_devices", "utils", "__version__", "__bitsandbytes_version__"]

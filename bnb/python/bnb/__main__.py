@@ -1,6 +1,7 @@
 """python -m bnb <command>: demo (quantize realistic weight shapes and print a table), config (effective knobs),
 cache (list, clear or warm the compiled CUDA kernel cache), info (versions and the CPU instruction sets), dispatch
-(which kernel serves each op on each dispatch key)."""
+(which kernel serves each op on each dispatch key), quantize (a local Hugging Face model directory to NF4, FP4 or
+LLM.int8(), as a checkpoint transformers loads)."""
 
 import argparse
 import os
@@ -32,6 +33,9 @@ def main(argv=None) -> int:
                                            "present, else cpu)")
     dispatch.add_argument("--depth", type=_natural, default=1, help="--trace: how deep to show nested calls "
                                                                     "(default 1: the op's kernel and its calls)")
+    quantize = sub.add_parser("quantize", help="a local Hugging Face model directory (config.json, safetensors) to "
+                                               "NF4, FP4 or LLM.int8(), written as a checkpoint transformers loads")
+    _quantize_arguments(quantize)
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -45,11 +49,34 @@ def main(argv=None) -> int:
     if args.command == "dispatch":
         from .dispatch_cli import run_dispatch
         return run_dispatch(args)
+    if args.command == "quantize":
+        from .quantize_cli import run_quantize
+        return run_quantize(args)
     if args.command == "config":
         from . import config
         print(config.format_table())  # a misspelt BNB_* variable was warned of at import
         return 0
     return 2
+
+
+def _quantize_arguments(p: argparse.ArgumentParser) -> None:
+    from .quantize_cli import DTYPES, FORMATS, positive_float
+    p.add_argument("model", help="the model directory: config.json and *.safetensors (as save_pretrained writes)")
+    p.add_argument("output", help="where to write the quantized checkpoint: a new or empty directory")
+    p.add_argument("--format", choices=FORMATS, default="nf4", help="nf4 (default), fp4, or int8 (LLM.int8())")
+    p.add_argument("--dtype", choices=DTYPES, default="auto",
+                   help="the dtype of the weights kept unquantized (default: the checkpoint's)")
+    p.add_argument("--compute-dtype", choices=DTYPES, default="auto",
+                   help="4-bit: the dtype the matmuls run in (default: --dtype's)")
+    p.add_argument("--no-double-quant", action="store_true", help="4-bit: keep absmax in float32 (no nested "
+                                                                  "8-bit statistics)")
+    p.add_argument("--threshold", type=positive_float, default=6.0,
+                   help="int8: the outlier threshold of LLM.int8() (default 6.0)")
+    p.add_argument("--skip", action="append", metavar="MODULE",
+                   help="a module name to keep unquantized (repeatable; the output embeddings always are)")
+    p.add_argument("--probe", default="The capital of France is",
+                   help="the prompt whose output is compared before and after (default %(default)r)")
+    p.add_argument("--force", action="store_true", help="write into an output directory that is not empty")
 
 
 def _blocksize(text: str) -> int:

@@ -149,3 +149,10 @@ def register() -> None:
     torch.library.register_autograd("bnb::gemv_4bit", _gemv_4bit_backward, setup_context=_save_weight_args)
     torch.library.register_autograd("bnb::gemm_4bit", _gemm_4bit_backward, setup_context=_save_weight_args)
     _registered = True
+
+
+# bitsandbytes keeps LLM.int8()'s autograd function beside the 4-bit one (bitsandbytes.autograd._functions).
+from .autograd_int8 import GlobalOutlierPooler, MatMul8bitLt, MatmulLtState, matmul  # noqa: E402,F401
+from . import _missing  # noqa: E402
+
+__getattr__ = _missing.install(globals(), __name__)

@@ -451,3 +451,34 @@ def percentile_clipping(grad: torch.Tensor, gnorm_vec: torch.Tensor, step: int, 
     clip_value = torch.sqrt(torch.sort(gnorm_vec).values[percentile])
     gnorm_scale = (clip_value / current_gnorm).item() if bool(current_gnorm > clip_value) else 1.0
     return current_gnorm, clip_value, gnorm_scale
+
+
+# bitsandbytes' small helpers beside its ctypes library, for code that calls them.
+from ._state_dict import pack_dict_to_tensor, unpack_tensor_to_dict  # noqa: E402  (bitsandbytes re-exports them)
+
+C = 127.0  # the int8 range's bound: row scales (SCB) are absmax, codes round(x * C / absmax)
+FIRST_CUDA_DEVICE = torch.device("cuda", index=0)
+
+
+def is_on_gpu(tensors) -> bool:
+    """bitsandbytes' device check before a kernel call: True where the tensors (None and paged ones left out) are all
+    on the CPU or all on one GPU; RuntimeError listing them otherwise. bnb's ops check this themselves."""
+    shown = [t for t in tensors if t is not None]
+    devices = {(t.device.type, t.device.index) for t in shown if not getattr(t, "is_paged", False)}
+    if len(devices) > 1:
+        listed = ", ".join(f"{list(t.shape)} on {t.device}" for t in shown)
+        raise RuntimeError(f"is_on_gpu: the tensors must be on one device, got {listed}")
+    return True
+
+
+def get_ptr(A: Optional[torch.Tensor]):
+    """The address of A's first element as a ctypes void pointer (None for None), as bitsandbytes passes tensors to
+    its C library."""
+    import ctypes
+    return None if A is None else ctypes.c_void_p(A.data_ptr())
+
+
+from . import _missing  # noqa: E402
+
+__getattr__ = _missing.install(globals(), __name__)
+__all__ += ["pack_dict_to_tensor", "unpack_tensor_to_dict", "C", "FIRST_CUDA_DEVICE", "is_on_gpu", "get_ptr"]

@@ -5,13 +5,16 @@ formats."""
 from __future__ import annotations
 
 import logging
+import shlex
+import subprocess
 
 import torch
 
 from ._state_dict import pack_dict_to_tensor, unpack_tensor_to_dict
 
 __all__ = ["OutlierTracer", "find_outlier_dims", "outlier_hook", "replace_linear", "pack_dict_to_tensor",
-           "unpack_tensor_to_dict", "LINEAR_8BIT_WEIGHTS_FORMAT_MAPPING", "INVERSE_LINEAR_8BIT_WEIGHTS_FORMAT_MAPPING"]
+           "unpack_tensor_to_dict", "LINEAR_8BIT_WEIGHTS_FORMAT_MAPPING", "INVERSE_LINEAR_8BIT_WEIGHTS_FORMAT_MAPPING",
+           "execute_and_return", "sync_gpu"]
 
 logger = logging.getLogger(__name__)
 
@@ -114,3 +117,18 @@ def replace_linear(model: torch.nn.Module, linear_replacement, skip_modules=("lm
             if func is not None:
                 func(module)
     return model
+
+
+def execute_and_return(command_string: str) -> tuple[str, str]:
+    """Runs a command (split as a shell would, but with no shell) and returns its stdout and stderr, decoded and
+    stripped: bitsandbytes' diagnostics helper."""
+    done = subprocess.run(shlex.split(command_string), capture_output=True)
+    return done.stdout.decode("utf-8").strip(), done.stderr.decode("utf-8").strip()
+
+
+def sync_gpu(t: torch.Tensor) -> None:
+    """Waits for the work queued on t's device: CUDA or XPU; nothing for the CPU and other devices."""
+    if t.device.type == "cuda":
+        torch.cuda.synchronize(t.device)
+    elif t.device.type == "xpu":
+        torch.xpu.synchronize(t.device)

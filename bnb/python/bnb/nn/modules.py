@@ -416,6 +416,22 @@ class EmbeddingNF4(Embedding4bit):
         super().__init__(num_embeddings, embedding_dim, dtype, "nf4", quant_storage, device)
 
 
-# bitsandbytes keeps every module in bitsandbytes.nn.modules; code that imports the 8-bit ones from there ports too.
+# bitsandbytes keeps every module in bitsandbytes.nn.modules, with a few helpers; code that imports them from there
+# ports too.
 from .modules8bit import (  # noqa: E402,F401
-    Embedding, Embedding8bit, Int8Params, Linear8bitLt, OutlierAwareLinear, StableEmbedding)
+    Embedding, Embedding8bit, Int8Params, Linear8bitLt, OutlierAwareLinear, StableEmbedding, maybe_rearrange_weight)
+from ..functional import has_avx512bf16  # noqa: E402,F401
+from ..utils import INVERSE_LINEAR_8BIT_WEIGHTS_FORMAT_MAPPING, OutlierTracer  # noqa: E402,F401
+
+
+def fix_4bit_weight_quant_state_from_module(module: nn.Module) -> None:
+    """bitsandbytes' name for what Linear4bit and Embedding4bit do before each forward: where module.weight lost its
+    quant_state (FSDP, or an assignment of a plain Parameter), makes it a Params4bit again from module.quant_state."""
+    _restore_weight(module)
+
+
+def __getattr__(name: str):
+    if name == "GlobalOptimManager":  # bitsandbytes imports it here; bnb.optim loads on first use
+        from ..optim import GlobalOptimManager
+        return GlobalOptimManager
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -262,6 +262,19 @@ def _weight_format_ok(value, key: str, error_msgs: list) -> bool:
     return name == "row"
 
 
+def maybe_rearrange_weight(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                           error_msgs) -> None:
+    """bitsandbytes' load_state_dict pre-hook for Linear8bitLt: takes the weight_format entry out of a state dict that
+    has a weight, and raises ValueError naming it unless it says "row" (Linear8bitLt reads the entry itself)."""
+    if state_dict.get(f"{prefix}weight") is None:
+        return
+    key = f"{prefix}weight_format"
+    if key in state_dict:
+        problems = []
+        if not _weight_format_ok(state_dict.pop(key), key, problems):
+            raise ValueError(problems[0])
+
+
 def _scale_problem(scb: torch.Tensor, rows: int) -> str:
     """What is wrong with a checkpoint's row scales, or ""."""
     if scb.dtype not in _FLOATS:
