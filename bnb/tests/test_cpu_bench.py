@@ -80,7 +80,7 @@ def test_gemv4_bench_prints_every_row(capsys):
         for name in ("limit (copy, read only)", f"bnb ({kernel})", f"F.linear {dt}"):
             assert (dt, name) in table, (dt, name, sorted(table))
         assert table[(dt, "limit (copy, read only)")][1] == 100
-        assert table[(dt, f"bnb ({kernel})")][1] > 0, table
+        assert table[(dt, f"bnb ({kernel})")][0] > 0, table  # us; its % rounds to 0 at this size
 
 
 def test_int8_bench_prints_every_row(capsys):

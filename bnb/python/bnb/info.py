@@ -19,5 +19,8 @@ def run_info(isas_only: bool = False) -> int:
     if not isas_only:
         print(f"bnb {__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads")
         print(f"CPU kernels dispatch to: {_C.cpu_isa()} (cap: knob cpu.isa); int8 product: {_C.int8_gemm_kernel()}")
+        gemv = {dtype: _C.gemv4_kernel(dtype, 4096) for dtype in ("float32", "bfloat16")}
+        print(f"gemv_4bit (K a multiple of 128): float32/float16 A {gemv['float32']}, bfloat16 A {gemv['bfloat16']} "
+              "(knob cpu.gemv_bf16_products)")
     print(isa_line())
     return 0
