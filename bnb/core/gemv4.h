@@ -25,6 +25,23 @@ namespace bnb::core {
 void Gemv4(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,
            int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end, bool bf16_products = true);
 
+// Nested statistics (bitsandbytes' compress_statistics): the absmax of block b is
+//   code256[q[b]] * absmax2[b / kNestedBlocksize] + offset       (product, then sum, each rounded to float32)
+// which is what dequantize_blockwise of the 8-bit codes, plus the offset, gives.
+inline constexpr int64_t kNestedBlocksize = 256;
+struct NestedAbsmax {
+  const uint8_t* q;        // one code per block of W
+  const float* code256;    // the 8-bit codebook
+  const float* absmax2;    // one per kNestedBlocksize codes of q
+  float offset;
+};
+
+// Gemv4 with nested statistics: the same result as Gemv4 with the absmax they give, without a full absmax array:
+// the rows are taken in bands whose blocks' absmax (a few KB) are expanded just before their use.
+void Gemv4Nested(DType dtype, const void* A, const uint8_t* B, const NestedAbsmax& absmax, const float* code16,
+                 int64_t N, int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end,
+                 bool bf16_products = true);
+
 // Which kernel Gemv4 runs for A of `dtype` and rows of K elements, now (the cpu.isa cap and the processor decide):
 //   - kAvx512Bf16: bfloat16 A, K a multiple of 128, AVX-512 dispatched and AVX512-BF16, bf16_products: the code
 //     values rounded to

@@ -142,6 +142,45 @@ TEST_P(EveryIsa, RowRangeWritesOnlyItsRows) {
   for (int64_t m = 0; m < n; ++m) EXPECT_EQ(part[m], m >= 3 && m < 7 ? whole[m] : 99.0f) << m;
 }
 
+TEST_P(EveryIsa, NestedStatisticsGiveTheProductOfTheAbsmaxTheyStandFor) {
+  // Gemv4Nested expands the nested statistics a band of rows at a time: bit for bit Gemv4 with the whole absmax,
+  // for any row range (bands then start before it), with bands of one row (K a multiple of the blocksize), of
+  // `step` rows (rows starting mid-block) and blocks longer than rows.
+  std::vector<float> code256(256);
+  for (int i = 0; i < 256; ++i) code256[i] = static_cast<float>(i - 128) / 128.0f;
+  for (const Shape& s : kShapes) {
+    if (s.n * s.k > (int64_t{1} << 20)) continue;
+    SCOPED_TRACE(testing::Message() << "N " << s.n << " K " << s.k << " blocksize " << s.blocksize);
+    std::mt19937 rng(static_cast<uint32_t>(s.n * 31 + s.k));
+    const int64_t total = s.n * s.k, blocks = NumBlocks(total, s.blocksize);
+    std::vector<uint8_t> packed(PackedSize4(total)), q(blocks);
+    for (auto& b : packed) b = static_cast<uint8_t>(rng());
+    for (auto& b : q) b = static_cast<uint8_t>(rng());
+    std::vector<float> absmax2(NumBlocks(blocks, kNestedBlocksize)), a(s.k);
+    std::normal_distribution<float> normal;
+    for (auto& v : absmax2) v = std::fabs(normal(rng)) + 0.1f;
+    for (auto& v : a) v = normal(rng);
+    const float offset = 0.37f;
+    std::vector<float> absmax(blocks);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float scaled = code256[q[b]] * absmax2[b / kNestedBlocksize];
+      absmax[b] = scaled + offset;
+    }
+    const NestedAbsmax nested{q.data(), code256.data(), absmax2.data(), offset};
+    const auto& code16 = Code4(Quant4::kNF4);
+    for (const auto& [r0, r1] : {std::pair<int64_t, int64_t>{0, s.n}, {s.n / 3, s.n}, {s.n / 2, s.n / 2 + 1}}) {
+      std::vector<float> want(s.n, 7.0f), got(s.n, 7.0f);
+      Gemv4(DType::kFloat32, a.data(), packed.data(), absmax.data(), code16.data(), s.n, s.k, s.blocksize,
+            want.data(), r0, r1);
+      Gemv4Nested(DType::kFloat32, a.data(), packed.data(), nested, code16.data(), s.n, s.k, s.blocksize, got.data(),
+                  r0, r1);
+      for (int64_t m = 0; m < s.n; ++m) {
+        EXPECT_EQ(FloatToBits(got[m]), FloatToBits(want[m])) << "rows " << r0 << ".." << r1 << ", row " << m;
+      }
+    }
+  }
+}
+
 TEST_P(EveryIsa, SaysWhichKernelRuns) {
   // The AVX-512 kernels take K a multiple of 128 under an avx3 (or better) cap; everything else the Highway kernel.
   const bool avx3 = GetParam().rfind("avx3", 0) == 0;  // avx3 and its better variants

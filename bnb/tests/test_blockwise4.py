@@ -128,6 +128,35 @@ def test_gemv_error_no_worse_than_dequantize_then_linear(dtype, bf16_products):
     assert err_gemv <= bound * err_linear, (err_gemv / err_linear, kernel)
 
 
+@pytest.mark.parametrize("isa", bnb._C.cpu_isas())
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_gemv_4bit_reads_nested_statistics_as_their_dequantized_absmax(isa, dtype):
+    # The CPU kernel expands the nested statistics a band of rows at a time; bit for bit the product with the
+    # float32 absmax they dequantize to (F._absmax_of), on every kernel: bands of many rows (K 4096), rows that
+    # start mid-block (K not a multiple of the blocksize: bands start every few rows), a block longer than a row,
+    # and rows split over threads at any row.
+    g = torch.Generator().manual_seed(5)
+    for N, K, bs in ((300, 4096, 64), (97, 1000, 128), (33, 777, 64), (130, 4224, 256), (5, 8192, 4096),
+                     (2000, 256, 32), (40, 96, 4096)):
+        W = torch.randn(N, K, generator=g)
+        packed, state = F.quantize_4bit(W.to(dtype), blocksize=bs, quant_type="nf4", compress_statistics=True)
+        x = torch.randn(1, K, generator=g).to(dtype)
+        nested = (state.absmax, state.state2.code, state.offset)
+        for threads in (1, 3):
+            with bnb.config.override(cpu__isa=isa, cpu__threads=threads, cpu__grain_elements=1024):
+                got = torch.ops.bnb.gemv_4bit(x, packed, [N, K], state.state2.absmax, state.code, bs, *nested)
+                want = torch.ops.bnb.gemv_4bit(x, packed, [N, K], F._absmax_of(state), state.code, bs)
+                via_functional = F.gemv_4bit(x, packed, state=state)
+            assert_same_bits(got, want)
+            assert_same_bits(via_functional, want)
+    # A bad codebook of the statistics is named, as dequantizing them would name it.
+    code = state.state2.code.clone()
+    code[3] = float("inf")
+    with pytest.raises(RuntimeError, match="absmax_code.*finite"):
+        torch.ops.bnb.gemv_4bit(x, packed, [N, K], state.state2.absmax, state.code, bs, state.absmax, code,
+                                state.offset)
+
+
 def test_gemv_kernel_close_to_reference_and_handles_ragged_blocks():
     # K not a multiple of the blocksize: blocks run across row ends.
     W = torch.randn(37, 100)

@@ -344,7 +344,17 @@ def _parity_cases():
                                (B.to(meta), [8, 64], absmaxB, 64)):
         cases.append(("gemv_4bit", (x, bb, shapeB, am, code4, bs)))
     for out in (torch.empty(1, 8), torch.empty(8), torch.empty(1, 8).double(), torch.empty(1, 8, requires_grad=True)):
-        cases.append(("gemv_4bit.out", (x, B, [8, 64], absmaxB, code4, 64, out)))
+        cases.append(("gemv_4bit.out", (x, B, [8, 64], absmaxB, code4, 64, {"out": out})))
+    # Nested statistics (gemm_4bit's rules), and the out= overload with them.
+    for am, a8, acode, aoff in ((nested, q8, CODE, offset), (nested.view(1, 1), q8.view(8, 1), CODE.view(1, 256),
+                                                              offset.view(1)),
+                                (nested, q8, CODE, offset.view(1).int()), (nested, q8, CODE, torch.stack([offset] * 2)),
+                                (nested, q8, nan_code, offset), (nested, q8, CODE.double(), offset),
+                                (nested, q8.float(), CODE, offset), (nested, q8[:7], CODE, offset),
+                                (nested, q8, None, None), (absmaxB, None, CODE, None), (nested.double(), q8, CODE, offset),
+                                (absmaxB, q8, CODE, offset)):
+        cases.append(("gemv_4bit", (x, B, [8, 64], am, code4, 64, a8, acode, aoff)))
+    cases.append(("gemv_4bit.out", (x, B, [8, 64], nested, code4, 64, q8, CODE, offset, {"out": torch.empty(1, 8)})))
 
     X = torch.randn(3, 64, generator=g)
     for args in ((absmaxB, None, None, None, None), (absmaxB.view(8, 1), None, None, None, None),
@@ -372,13 +382,19 @@ _PARITY = _parity_cases()
 
 
 def _outcome(fn, args):
-    args = [a.clone() if isinstance(a, torch.Tensor) and a.device.type != "meta" else a for a in args]
+    """(results and tensor arguments after the call, None), or (None, the RuntimeError's text). A dict last in
+    args holds keyword arguments (out= of schemas where it is keyword-only)."""
+    kwargs = args[-1] if args and isinstance(args[-1], dict) else {}
+    fresh = lambda a: a.clone() if isinstance(a, torch.Tensor) and a.device.type != "meta" else a  # noqa: E731
+    args = [fresh(a) for a in (args[:-1] if kwargs else args)]
+    kwargs = {k: fresh(v) for k, v in kwargs.items()}
     try:
-        result = fn(*args)
+        result = fn(*args, **kwargs)
     except RuntimeError as e:
         return None, str(e)
     results = result if isinstance(result, (tuple, list)) else [result]
-    return [r for r in results if r is not None] + [a for a in args if isinstance(a, torch.Tensor)], None
+    return [r for r in results if r is not None] + [a for a in [*args, *kwargs.values()]
+                                                    if isinstance(a, torch.Tensor)], None
 
 
 @pytest.mark.parametrize("op, args", _PARITY, ids=[f"{i}-{op}" for i, (op, _) in enumerate(_PARITY)])

@@ -67,8 +67,39 @@ core::DType CheckDequantize(const char* op, const at::Tensor& A, const at::Tenso
   return out_type;
 }
 
+void CheckScales(const char* op, const c10::SymInt& n, int64_t blocksize, const at::Tensor& absmax,
+                 const Nested& nested, const at::Tensor& A) {
+  CheckDType(op, "absmax", absmax, at::kFloat);
+  // A meta argument routes the call to the Meta kernel, which would otherwise return an empty tensor on A's device.
+  CheckSameDevice(op, "absmax", absmax, A);
+  for (const auto& [name, t] : {std::pair{"absmax_8bit", &nested.absmax_8bit},
+                                std::pair{"absmax_code", &nested.absmax_code},
+                                std::pair{"absmax_offset", &nested.absmax_offset}}) {
+    if (t->has_value()) CheckSameDevice(op, name, **t, A);
+  }
+  if (nested.present()) {
+    // Nested statistics: the per-block scales are 8-bit codes (blocksize 256) of absmax_code, plus the offset.
+    TORCH_CHECK(nested.absmax_code.has_value() && nested.absmax_offset.has_value(), "bnb::", op,
+                ": absmax_8bit needs absmax_code and absmax_offset too");
+    CheckDType(op, "absmax_8bit", *nested.absmax_8bit, at::kByte);
+    CheckNumel(op, "absmax_8bit", *nested.absmax_8bit, NumBlocks(n, blocksize), "one per block of B");
+    CheckNumel(op, "absmax", absmax, NumBlocks(NumBlocks(n, blocksize), core::kNestedBlocksize),
+               "one per 256 entries of absmax_8bit");
+    CheckDType(op, "absmax_code", *nested.absmax_code, at::kFloat);
+    CheckNumel(op, "absmax_code", *nested.absmax_code, 256, "one value per 8-bit code");
+    TORCH_CHECK(nested.absmax_offset->sym_numel() == 1, "bnb::", op, ": absmax_offset must be one value, got shape ",
+                nested.absmax_offset->sym_sizes());
+  } else {
+    TORCH_CHECK(!nested.absmax_code.has_value() && !nested.absmax_offset.has_value(), "bnb::", op,
+                ": absmax_code and absmax_offset describe nested statistics and go with absmax_8bit, which is "
+                "missing");
+    CheckNumel(op, "absmax", absmax, NumBlocks(n, blocksize), "one per block of B");
+  }
+}
+
 std::vector<c10::SymInt> CheckGemv(const char* op, const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shapeB,
-                                   const at::Tensor& absmax, const at::Tensor& code, int64_t blocksize) {
+                                   const at::Tensor& absmax, const at::Tensor& code, int64_t blocksize,
+                                   const Nested& nested) {
   FloatDType(op, "A", A.scalar_type());
   TORCH_CHECK(A.dim() >= 1 && A.sym_numel() == A.sym_size(-1), "bnb::", op, ": A must be a single row (leading ",
               "dimensions of 1), got shape ", A.sym_sizes());
@@ -80,7 +111,7 @@ std::vector<c10::SymInt> CheckGemv(const char* op, const at::Tensor& A, const at
   const c10::SymInt n = CheckedNumel(op, "shapeB", shapeB);
   CheckPackedBytes(op, "B", B, n);
   CheckSameDevice(op, "B", B, A);
-  CheckAbsmax(op, absmax, A, n, blocksize);
+  CheckScales(op, n, blocksize, absmax, nested, A);
   CheckDType(op, "code", code, at::kFloat);
   CheckNumel(op, "code", code, core::kCodebook4Size, "the 16 values of the 4-bit type");
   CheckSameDevice(op, "code", code, A);
@@ -100,30 +131,10 @@ std::vector<c10::SymInt> CheckGemm(const char* op, const at::Tensor& A, const at
   ParseQuantType(op, quant_type);
   const c10::SymInt n = ShapeNumel(op, "shapeB", shapeB);
   CheckPackedBytes(op, "B", B, n);
-  CheckDType(op, "absmax", absmax, at::kFloat);
   // A meta argument routes the call to the Meta kernel, which would otherwise return an empty tensor on A's device.
   CheckSameDevice(op, "B", B, A);
-  CheckSameDevice(op, "absmax", absmax, A);
-  for (const auto& [name, t] : {std::pair{"bias", &bias}, std::pair{"absmax_8bit", &absmax_8bit},
-                                std::pair{"absmax_code", &absmax_code}, std::pair{"absmax_offset", &absmax_offset}}) {
-    if (t->has_value()) CheckSameDevice(op, name, **t, A);
-  }
-  if (absmax_8bit.has_value()) {
-    // Nested statistics: the per-block scales are 8-bit codes (blocksize 256) of absmax_code, plus the offset.
-    TORCH_CHECK(absmax_code.has_value() && absmax_offset.has_value(), "bnb::", op, ": absmax_8bit needs ",
-                "absmax_code and absmax_offset too");
-    CheckDType(op, "absmax_8bit", *absmax_8bit, at::kByte);
-    CheckNumel(op, "absmax_8bit", *absmax_8bit, NumBlocks(n, blocksize), "one per block of B");
-    CheckNumel(op, "absmax", absmax, NumBlocks(NumBlocks(n, blocksize), 256), "one per 256 entries of absmax_8bit");
-    CheckDType(op, "absmax_code", *absmax_code, at::kFloat);
-    CheckNumel(op, "absmax_code", *absmax_code, 256, "one value per 8-bit code");
-    TORCH_CHECK(absmax_offset->sym_numel() == 1, "bnb::", op, ": absmax_offset must be one value, got shape ",
-                absmax_offset->sym_sizes());
-  } else {
-    TORCH_CHECK(!absmax_code.has_value() && !absmax_offset.has_value(), "bnb::", op, ": absmax_code and ",
-                "absmax_offset describe nested statistics and go with absmax_8bit, which is missing");
-    CheckNumel(op, "absmax", absmax, NumBlocks(n, blocksize), "one per block of B");
-  }
+  if (bias.has_value()) CheckSameDevice(op, "bias", *bias, A);
+  CheckScales(op, n, blocksize, absmax, Nested{absmax_8bit, absmax_code, absmax_offset}, A);
   if (bias.has_value()) {
     TORCH_CHECK(bias->dim() == 1 && bias->sym_numel() == shapeB[0], "bnb::", op, ": bias must be a vector of ",
                 shapeB[0], " values, got shape ", bias->sym_sizes());

@@ -1,5 +1,6 @@
 // The 4-bit ops on the CPU: bnb/core's kernels over torch's thread pool.
 #include "bnb/core/blockwise4.h"
+#include "bnb/core/codebook.h"
 #include "bnb/core/cpu_settings.h"
 #include "bnb/core/gemv4.h"
 #include "bnb/ops/blockwise4/ops.h"
@@ -38,18 +39,49 @@ struct Cpu {
 
   static void Gemv(const char* op, const at::Tensor& A, const at::Tensor& packed, int64_t N, int64_t K,
                    const at::Tensor& absmax, const at::Tensor& code, int64_t blocksize, at::Tensor& out) {
-    const core::DType dtype = FloatDType(op, "A", A.scalar_type());
-    const at::Tensor a = A.contiguous(), am = absmax.contiguous(), c = code.contiguous();
-    const void* ap = a.data_ptr();
-    const uint8_t* bp = packed.data_ptr<uint8_t>();
+    const at::Tensor am = absmax.contiguous();
     const float* amp = am.data_ptr<float>();
-    const float* cp = c.data_ptr<float>();
-    void* outp = out.data_ptr();
+    GemvRows(op, A, packed, N, K, code, out,
+             [&](core::DType dtype, const void* ap, const uint8_t* bp, const float* cp, void* outp, int64_t r0,
+                 int64_t r1, bool bf16_products) {
+               core::Gemv4(dtype, ap, bp, amp, cp, N, K, blocksize, outp, r0, r1, bf16_products);
+             });
+  }
+
+  // The kernel reads the nested statistics itself, a band of rows' scales at a time (core::Gemv4Nested): no
+  // absmax array of the whole weight is made per call.
+  static void GemvNested(const char* op, const at::Tensor& A, const at::Tensor& packed, int64_t N, int64_t K,
+                         const at::Tensor& absmax, const Nested& nested, const at::Tensor& code, int64_t blocksize,
+                         at::Tensor& out) {
+    const at::Tensor am = absmax.contiguous();
+    const at::Tensor q = nested.absmax_8bit->contiguous(), code8 = nested.absmax_code->contiguous();
+    // The codebook rule dequantize_blockwise applies (every entry finite), with NestedScales' wording.
+    const auto prepared = core::PrepareCodebookCached(code8.data_ptr<float>(), code8.numel());
+    TORCH_CHECK(prepared.ok(), "bnb::", op, ": dequantizing absmax_8bit by absmax_code: ",
+                prepared.status().message());
+    const core::NestedAbsmax scales{q.data_ptr<uint8_t>(), code8.data_ptr<float>(), am.data_ptr<float>(),
+                                    nested.absmax_offset->to(at::kFloat).item<float>()};
+    GemvRows(op, A, packed, N, K, code, out,
+             [&](core::DType dtype, const void* ap, const uint8_t* bp, const float* cp, void* outp, int64_t r0,
+                 int64_t r1, bool bf16_products) {
+               core::Gemv4Nested(dtype, ap, bp, scales, cp, N, K, blocksize, outp, r0, r1, bf16_products);
+             });
+  }
+
+  // Runs rows(dtype, A, B, code, out, r0, r1, bf16_products) over torch's threads, split by rows.
+  template <class Rows>
+  static void GemvRows(const char* op, const at::Tensor& A, const at::Tensor& packed, int64_t N, int64_t K,
+                       const at::Tensor& code, at::Tensor& out, const Rows& rows) {
+    const core::DType dtype = FloatDType(op, "A", A.scalar_type());
+    const at::Tensor a = A.contiguous(), c = code.contiguous();
     absl::StatusOr<core::CpuSettings> settings = core::CurrentCpuSettings();
     TORCH_CHECK(settings.ok(), "bnb::", op, ": ", settings.status().message());
-    const bool bf16_products = settings->gemv_bf16_products;
+    const void* ap = a.data_ptr();
+    const uint8_t* bp = packed.data_ptr<uint8_t>();
+    const float* cp = c.data_ptr<float>();
+    void* outp = out.data_ptr();
     ParallelOverBlocks(op, N, K, [&](int64_t r0, int64_t r1) {
-      core::Gemv4(dtype, ap, bp, amp, cp, N, K, blocksize, outp, r0, r1, bf16_products);
+      rows(dtype, ap, bp, cp, outp, r0, r1, settings->gemv_bf16_products);
     });
   }
 };

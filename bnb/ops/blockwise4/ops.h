@@ -13,6 +13,11 @@
 //     // dtype; code: the 16 values of the 4-bit type.
 //     static void Gemv(const char* op, const at::Tensor& A, const at::Tensor& packed, int64_t N, int64_t K,
 //                      const at::Tensor& absmax, const at::Tensor& code, int64_t blocksize, at::Tensor& out);
+//     // Optional: the same with nested statistics (absmax holds the 8-bit codes' scales). Without it, Ops
+//     // dequantizes them through the dispatcher first (NestedScales) and calls Gemv.
+//     static void GemvNested(const char* op, const at::Tensor& A, const at::Tensor& packed, int64_t N, int64_t K,
+//                            const at::Tensor& absmax, const Nested& nested, const at::Tensor& code,
+//                            int64_t blocksize, at::Tensor& out);
 //   };
 //
 // and its file registers Ops<MyBackend>::Register in a TORCH_LIBRARY_IMPL for its dispatch key. gemm_4bit needs no
@@ -24,10 +29,12 @@
 #include <torch/library.h>
 
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "bnb/core/blockwise4.h"
 #include "bnb/core/blockwise8.h"
+#include "bnb/core/gemv4.h"
 #include "bnb/ops/common/checks.h"
 #include "bnb/ops/common/output_alloc.h"
 
@@ -45,9 +52,28 @@ inline at::Tensor PackedBytes(const at::Tensor& t) { return t.contiguous().view(
 core::DType CheckDequantize(const char* op, const at::Tensor& A, const at::Tensor& absmax, int64_t blocksize,
                             c10::string_view quant_type, at::IntArrayRef shape, c10::ScalarType dtype);
 
+// Nested statistics of gemv_4bit and gemm_4bit: the 8-bit codes of the per-block scales (absmax_8bit, blocksize
+// 256, absmax holding their scales), their codebook and an offset added to every scale. All or none (checked).
+struct Nested {
+  const c10::optional<at::Tensor>& absmax_8bit;
+  const c10::optional<at::Tensor>& absmax_code;
+  const c10::optional<at::Tensor>& absmax_offset;
+
+  bool present() const { return absmax_8bit.has_value(); }
+};
+
+// Checks of absmax and the nested statistics of a 4-bit tensor of n elements (A: the op's device).
+void CheckScales(const char* op, const c10::SymInt& n, int64_t blocksize, const at::Tensor& absmax,
+                 const Nested& nested, const at::Tensor& A);
+
+// The float32 scale of each block: absmax itself, or the nested statistics dequantized through the dispatcher
+// (dequantize_blockwise, then + offset), on any backend.
+at::Tensor NestedScales(const char* op, const at::Tensor& absmax, const Nested& nested);
+
 // Checks of both gemv_4bit overloads; returns the output shape.
 std::vector<c10::SymInt> CheckGemv(const char* op, const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shapeB,
-                                   const at::Tensor& absmax, const at::Tensor& code, int64_t blocksize);
+                                   const at::Tensor& absmax, const at::Tensor& code, int64_t blocksize,
+                                   const Nested& nested);
 
 // Checks of gemm_4bit; returns the output shape.
 std::vector<c10::SymInt> CheckGemm(const char* op, const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shapeB,
@@ -63,8 +89,22 @@ at::Tensor GemmByDequantize(const char* op, const at::Tensor& A, const at::Tenso
                             const c10::optional<at::Tensor>& absmax_code,
                             const c10::optional<at::Tensor>& absmax_offset);
 
+template <class Backend, class = void>
+struct ReadsNested : std::false_type {};
+template <class Backend>
+struct ReadsNested<Backend, std::void_t<decltype(&Backend::GemvNested)>> : std::true_type {};
+
 template <class Backend>
 struct Ops {
+  static void RunGemv(const char* op, const at::Tensor& A, const at::Tensor& packed, int64_t N, int64_t K,
+                      const at::Tensor& absmax, const Nested& nested, const at::Tensor& code, int64_t blocksize,
+                      at::Tensor& out) {
+    if constexpr (ReadsNested<Backend>::value) {
+      if (nested.present()) return Backend::GemvNested(op, A, packed, N, K, absmax, nested, code, blocksize, out);
+    }
+    Backend::Gemv(op, A, packed, N, K, NestedScales(op, absmax, nested), code, blocksize, out);
+  }
+
   static std::tuple<at::Tensor, at::Tensor> Quantize4bit(const at::Tensor& A, int64_t blocksize,
                                                          c10::string_view quant_type, c10::ScalarType quant_storage) {
     constexpr const char* op = "quantize_4bit";
@@ -113,23 +153,34 @@ struct Ops {
   }
 
   static at::Tensor Gemv4bit(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shapeB,
-                             const at::Tensor& absmax, const at::Tensor& code, int64_t blocksize) {
+                             const at::Tensor& absmax, const at::Tensor& code, int64_t blocksize,
+                             const c10::optional<at::Tensor>& absmax_8bit,
+                             const c10::optional<at::Tensor>& absmax_code,
+                             const c10::optional<at::Tensor>& absmax_offset) {
     constexpr const char* op = "gemv_4bit";
-    at::Tensor out = at::empty_symint(CheckGemv(op, A, B, shapeB, absmax, code, blocksize), A.options());
+    const Nested nested{absmax_8bit, absmax_code, absmax_offset};
+    at::Tensor out = at::empty_symint(CheckGemv(op, A, B, shapeB, absmax, code, blocksize, nested), A.options());
     if constexpr (!Backend::kIsMeta) {
-      Backend::Gemv(op, A, PackedBytes(B), shapeB[0], shapeB[1], absmax, code, blocksize, out);
+      RunGemv(op, A, PackedBytes(B), shapeB[0], shapeB[1], absmax, nested, code, blocksize, out);
     }
     return out;
   }
 
   static void Gemv4bitOut(const at::Tensor& A, const at::Tensor& B, at::IntArrayRef shapeB, const at::Tensor& absmax,
-                          const at::Tensor& code, int64_t blocksize, at::Tensor& out) {
+                          const at::Tensor& code, int64_t blocksize, const c10::optional<at::Tensor>& absmax_8bit,
+                          const c10::optional<at::Tensor>& absmax_code,
+                          const c10::optional<at::Tensor>& absmax_offset, at::Tensor& out) {
     constexpr const char* op = "gemv_4bit.out";
-    const std::vector<c10::SymInt> shape = CheckGemv(op, A, B, shapeB, absmax, code, blocksize);
+    const Nested nested{absmax_8bit, absmax_code, absmax_offset};
+    const std::vector<c10::SymInt> shape = CheckGemv(op, A, B, shapeB, absmax, code, blocksize, nested);
     CheckOut(op, out, shape, "shape", A.scalar_type(), A);
     if constexpr (!Backend::kIsMeta) {
-      FillOut(out, {&A, &B, &absmax, &code}, [&](at::Tensor& dst) {
-        Backend::Gemv(op, A, PackedBytes(B), shapeB[0], shapeB[1], absmax, code, blocksize, dst);
+      std::vector<const at::Tensor*> inputs = {&A, &B, &absmax, &code};
+      for (const auto* t : {&absmax_8bit, &absmax_code, &absmax_offset}) {
+        if (t->has_value()) inputs.push_back(&**t);
+      }
+      FillOut(out, inputs, [&](at::Tensor& dst) {
+        RunGemv(op, A, PackedBytes(B), shapeB[0], shapeB[1], absmax, nested, code, blocksize, dst);
       });
     }
   }

@@ -10,10 +10,15 @@ TORCH_LIBRARY_FRAGMENT(bnb, m) {
   m.def(
       "dequantize_4bit.out(Tensor A, Tensor absmax, int blocksize, str quant_type, int[] shape, ScalarType dtype, "
       "Tensor! out) -> ()");
-  m.def("gemv_4bit(Tensor A, Tensor B, int[] shapeB, Tensor absmax, Tensor code, int blocksize) -> Tensor");
+  // gemv_4bit adds gemm_4bit's nested statistics (absmax_8bit, absmax_code, absmax_offset) after bitsandbytes'
+  // arguments, so a kernel reads the 8-bit scales itself instead of a float32 absmax dequantized per call; a call
+  // as bitsandbytes writes it (six arguments, out= by keyword) is unchanged.
   m.def(
-      "gemv_4bit.out(Tensor A, Tensor B, int[] shapeB, Tensor absmax, Tensor code, int blocksize, Tensor! out) "
-      "-> ()");
+      "gemv_4bit(Tensor A, Tensor B, int[] shapeB, Tensor absmax, Tensor code, int blocksize, "
+      "Tensor? absmax_8bit=None, Tensor? absmax_code=None, Tensor? absmax_offset=None) -> Tensor");
+  m.def(
+      "gemv_4bit.out(Tensor A, Tensor B, int[] shapeB, Tensor absmax, Tensor code, int blocksize, "
+      "Tensor? absmax_8bit=None, Tensor? absmax_code=None, Tensor? absmax_offset=None, *, Tensor! out) -> ()");
   m.def(
       "gemm_4bit(Tensor A, Tensor B, int[] shapeB, Tensor absmax, int blocksize, str quant_type, Tensor? bias=None, "
       "Tensor? absmax_8bit=None, Tensor? absmax_code=None, Tensor? absmax_offset=None) -> Tensor");

@@ -18,7 +18,7 @@ at::Tensor EmptyOutput(at::IntArrayRef sizes, const at::TensorOptions& options);
 // `inputs` - out itself when it qualifies, else a temporary copied into out afterwards - so a strided out, or one
 // aliasing an input, still receives exactly the values a fresh output would.
 template <class Fill>
-void FillOut(at::Tensor& out, std::initializer_list<const at::Tensor*> inputs, const Fill& fill) {
+void FillOut(at::Tensor& out, c10::ArrayRef<const at::Tensor*> inputs, const Fill& fill) {
   bool direct = out.is_contiguous();
   for (const at::Tensor* in : inputs) {
     direct = direct && at::get_overlap_status(out, *in) == at::MemOverlapStatus::No;

@@ -111,26 +111,34 @@ def _weight_args(ctx) -> list:
     return args
 
 
+def _nested_scales(absmax, absmax_8bit, absmax_code, absmax_offset):
+    """The float32 per-block scales of a 4-bit weight's op arguments, nested statistics dequantized as the kernels
+    do (absmax then holds the 8-bit codes' scales, as the schemas say)."""
+    if absmax_8bit is None:
+        return absmax
+    # The offset as the kernels add it: one value, in float32 (any dtype and shape of one value is taken).
+    return torch.ops.bnb.dequantize_blockwise(absmax_8bit, absmax, absmax_code, 256, torch.float32) \
+        + absmax_offset.to(torch.float32).reshape(())
+
+
 def _gemv_4bit_backward(ctx, grad):
     """d(A @ W.T)/dA = grad @ W; W is not differentiable (its codes are integers)."""
-    _, B, shapeB, absmax, code, blocksize = _weight_args(ctx)
+    _, B, shapeB, absmax, code, blocksize, absmax_8bit, absmax_code, absmax_offset = _weight_args(ctx)
     grad_A = None
     if ctx.needs_input_grad[0]:
         from .reference.blockwise4 import dequantize_with_code  # the op takes a codebook, not a quant_type
-        W = dequantize_with_code(B, absmax, code, blocksize, shapeB, torch.float32)
+        scales = _nested_scales(absmax, absmax_8bit, absmax_code, absmax_offset)
+        W = dequantize_with_code(B, scales, code, blocksize, shapeB, torch.float32)
         grad_A = (grad.float() @ W).to(ctx.a_dtype)
-    return grad_A, None, None, None, None, None
+    return grad_A, None, None, None, None, None, None, None, None
 
 
 def _gemm_4bit_backward(ctx, grad):
     _, B, shapeB, absmax, blocksize, quant_type, bias, absmax_8bit, absmax_code, absmax_offset = _weight_args(ctx)
     grad_A = grad_bias = None
     if ctx.needs_input_grad[0]:
-        if absmax_8bit is not None:  # nested: absmax holds the 8-bit codes' scales, as the op's schema says
-            # The offset as the kernels add it: one value, in float32 (any dtype and shape of one value is taken).
-            absmax = torch.ops.bnb.dequantize_blockwise(absmax_8bit, absmax, absmax_code, 256, torch.float32) \
-                + absmax_offset.to(torch.float32).reshape(())
-        W = torch.ops.bnb.dequantize_4bit(B, absmax, blocksize, quant_type, shapeB, ctx.a_dtype)
+        scales = _nested_scales(absmax, absmax_8bit, absmax_code, absmax_offset)
+        W = torch.ops.bnb.dequantize_4bit(B, scales, blocksize, quant_type, shapeB, ctx.a_dtype)
         grad_A = grad @ W
     if bias is not None and ctx.needs_input_grad[6]:
         grad_bias = grad.reshape(-1, grad.shape[-1]).sum(0).to(bias.dtype)

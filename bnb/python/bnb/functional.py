@@ -254,6 +254,17 @@ def _check_4bit_outputs(A, out, absmax, blocksize, quant_type, quant_storage, co
                                "differentiation (use torch.no_grad() or a tensor without grad)")
 
 
+def _scale_args(state: QuantState) -> tuple:
+    """gemv_4bit's and gemm_4bit's absmax and (absmax_8bit, absmax_code, absmax_offset): the float32 absmax and
+    Nones, or, for nested statistics, the 8-bit codes' scales and the nested statistics, as the schemas take them."""
+    if not state.nested:
+        return state.absmax, (None, None, None)
+    if state.state2.blocksize != 256:  # the ops' nested blocksize; any other is dequantized here
+        return _absmax_of(state), (None, None, None)
+    offset = state.offset if isinstance(state.offset, torch.Tensor) else torch.tensor(float(state.offset))
+    return state.state2.absmax, (state.absmax, state.state2.code, offset.to(state.absmax.device))
+
+
 def _absmax_of(state: QuantState) -> torch.Tensor:
     """The float32 absmax per block, undoing nested quantization."""
     if not state.nested:
@@ -322,7 +333,10 @@ def gemv_4bit(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = No
 
 def _gemv_4bit(A: torch.Tensor, B: torch.Tensor, state: QuantState, code: torch.Tensor,
                out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    args = (A, B, list(state.shape), _absmax_of(state), code, state.blocksize)
+    # Nested statistics go to the op as they are: the CPU kernel reads them a band at a time, where a float32
+    # absmax of the whole weight, made per call, cost more than the product of a small weight.
+    absmax, nested = _scale_args(state)
+    args = (A, B, list(state.shape), absmax, code, state.blocksize, *nested)
     if out is not None:
         torch.ops.bnb.gemv_4bit.out(*args, out=out)
         return out

@@ -117,7 +117,43 @@ def dequantize_4bit_out(A, absmax, blocksize, quant_type, shape, dtype, out) -> 
     out.copy_(dequantize_with_code(A, absmax, code4(quant_type, A.device), blocksize, shape, dtype))
 
 
-def _check_gemv(op, A, B, shapeB, absmax, code, blocksize) -> list:
+def _check_scales(op, n, blocksize, absmax, absmax_8bit, absmax_code, absmax_offset, A) -> None:
+    """absmax and the nested statistics of a 4-bit tensor of n elements (gemv_4bit, gemm_4bit)."""
+    checks.dtype_is(op, "absmax", absmax, torch.float32)
+    checks.same_device(op, "absmax", absmax, A)
+    for name, t in (("absmax_8bit", absmax_8bit), ("absmax_code", absmax_code), ("absmax_offset", absmax_offset)):
+        if t is not None:
+            checks.same_device(op, name, t, A)
+    blocks = checks.num_blocks(n, blocksize)
+    if absmax_8bit is not None:
+        # Nested statistics: the per-block scales are 8-bit codes (blocksize 256) of absmax_code, plus the offset.
+        checks.check(absmax_code is not None and absmax_offset is not None,
+                     f"bnb::{op}: absmax_8bit needs absmax_code and absmax_offset too")
+        checks.dtype_is(op, "absmax_8bit", absmax_8bit, torch.uint8)
+        checks.numel_is(op, "absmax_8bit", absmax_8bit, blocks, "one per block of B")
+        checks.numel_is(op, "absmax", absmax, checks.num_blocks(blocks, 256), "one per 256 entries of absmax_8bit")
+        checks.float32_tensor(op, "absmax_code", absmax_code, A, 256, "one value per 8-bit code")
+        checks.check(absmax_offset.numel() == 1, f"bnb::{op}: absmax_offset must be one value, got shape "
+                                                 f"{list(absmax_offset.shape)}")
+    else:
+        checks.check(absmax_code is None and absmax_offset is None,
+                     f"bnb::{op}: absmax_code and absmax_offset describe nested statistics and go with absmax_8bit, "
+                     "which is missing")
+        checks.numel_is(op, "absmax", absmax, blocks, "one per block of B")
+
+
+def _scales(op, absmax, absmax_8bit, absmax_code, absmax_offset) -> torch.Tensor:
+    """The float32 scale of each block: absmax, or the nested statistics dequantized (code * scale, then + offset,
+    each rounded to float32, as the kernels compute them)."""
+    if absmax_8bit is None:
+        return absmax
+    checks.finite_code(op, absmax_code, "absmax_code: ")
+    return (dequantize_codes(absmax_8bit, absmax, absmax_code, 256, torch.float32)
+            + absmax_offset.to(torch.float32).reshape(()))
+
+
+def _check_gemv(op, A, B, shapeB, absmax, code, blocksize, absmax_8bit=None, absmax_code=None,
+                absmax_offset=None) -> list:
     """gemv_4bit's checks; returns the output shape."""
     checks.float_dtype(op, "A", A.dtype)
     checks.check(A.dim() >= 1 and A.numel() == A.shape[-1], f"bnb::{op}: A must be a single row (leading "
@@ -130,7 +166,7 @@ def _check_gemv(op, A, B, shapeB, absmax, code, blocksize) -> list:
     n = checks.checked_numel(op, "shapeB", shapeB)
     checks.packed_bytes(op, "B", B, n)
     checks.same_device(op, "B", B, A)
-    _check_absmax(op, absmax, A, n, blocksize)
+    _check_scales(op, n, blocksize, absmax, absmax_8bit, absmax_code, absmax_offset, A)
     checks.float32_tensor(op, "code", code, A, 16, "the 16 values of the 4-bit type")
     return [*A.shape[:-1], shapeB[0]]
 
@@ -148,17 +184,20 @@ def _gemv_example(device, out: bool = False):
 
 
 @kernel("gemv_4bit", differentiable=True, example=_gemv_example)
-def gemv_4bit(A, B, shapeB, absmax, code, blocksize) -> torch.Tensor:
-    _check_gemv("gemv_4bit", A, B, shapeB, absmax, code, blocksize)
-    return _gemv(A, B, shapeB, absmax, code, blocksize)
+def gemv_4bit(A, B, shapeB, absmax, code, blocksize, absmax_8bit=None, absmax_code=None,
+              absmax_offset=None) -> torch.Tensor:
+    op = "gemv_4bit"
+    _check_gemv(op, A, B, shapeB, absmax, code, blocksize, absmax_8bit, absmax_code, absmax_offset)
+    return _gemv(A, B, shapeB, _scales(op, absmax, absmax_8bit, absmax_code, absmax_offset), code, blocksize)
 
 
 @kernel("gemv_4bit.out", differentiable=False, example=lambda d: _gemv_example(d, out=True))
-def gemv_4bit_out(A, B, shapeB, absmax, code, blocksize, out) -> None:
+def gemv_4bit_out(A, B, shapeB, absmax, code, blocksize, absmax_8bit=None, absmax_code=None, absmax_offset=None, *,
+                  out) -> None:
     op = "gemv_4bit.out"
-    shape = _check_gemv(op, A, B, shapeB, absmax, code, blocksize)
+    shape = _check_gemv(op, A, B, shapeB, absmax, code, blocksize, absmax_8bit, absmax_code, absmax_offset)
     checks.out(op, out, shape, "shape", A.dtype, A)
-    out.copy_(_gemv(A, B, shapeB, absmax, code, blocksize))
+    out.copy_(_gemv(A, B, shapeB, _scales(op, absmax, absmax_8bit, absmax_code, absmax_offset), code, blocksize))
 
 
 def _gemm_example(device):
@@ -179,36 +218,14 @@ def gemm_4bit(A, B, shapeB, absmax, blocksize, quant_type, bias=None, absmax_8bi
     _check_quant_type(op, quant_type)
     n = checks.shape_numel(op, "shapeB", shapeB)
     checks.packed_bytes(op, "B", B, n)
-    checks.dtype_is(op, "absmax", absmax, torch.float32)
     checks.same_device(op, "B", B, A)
-    checks.same_device(op, "absmax", absmax, A)
-    for name, t in (("bias", bias), ("absmax_8bit", absmax_8bit), ("absmax_code", absmax_code),
-                    ("absmax_offset", absmax_offset)):
-        if t is not None:
-            checks.same_device(op, name, t, A)
-    blocks = checks.num_blocks(n, blocksize)
-    if absmax_8bit is not None:
-        # Nested statistics: the per-block scales are 8-bit codes (blocksize 256) of absmax_code, plus the offset.
-        checks.check(absmax_code is not None and absmax_offset is not None,
-                     f"bnb::{op}: absmax_8bit needs absmax_code and absmax_offset too")
-        checks.dtype_is(op, "absmax_8bit", absmax_8bit, torch.uint8)
-        checks.numel_is(op, "absmax_8bit", absmax_8bit, blocks, "one per block of B")
-        checks.numel_is(op, "absmax", absmax, checks.num_blocks(blocks, 256), "one per 256 entries of absmax_8bit")
-        checks.float32_tensor(op, "absmax_code", absmax_code, A, 256, "one value per 8-bit code")
-        checks.check(absmax_offset.numel() == 1, f"bnb::{op}: absmax_offset must be one value, got shape "
-                                                 f"{list(absmax_offset.shape)}")
-    else:
-        checks.check(absmax_code is None and absmax_offset is None,
-                     f"bnb::{op}: absmax_code and absmax_offset describe nested statistics and go with absmax_8bit, "
-                     "which is missing")
-        checks.numel_is(op, "absmax", absmax, blocks, "one per block of B")
+    if bias is not None:
+        checks.same_device(op, "bias", bias, A)
+    _check_scales(op, n, blocksize, absmax, absmax_8bit, absmax_code, absmax_offset, A)
     if bias is not None:
         checks.check(bias.dim() == 1 and bias.numel() == shapeB[0], f"bnb::{op}: bias must be a vector of "
                                                                     f"{shapeB[0]} values, got shape {list(bias.shape)}")
         checks.dtype_is(op, "bias", bias, A.dtype)  # as F.linear: no silent conversion
-    if absmax_8bit is not None:
-        checks.finite_code(op, absmax_code, "absmax_code: ")
-        absmax = (dequantize_codes(absmax_8bit, absmax, absmax_code, 256, torch.float32)
-                  + absmax_offset.to(torch.float32).reshape(()))
+    absmax = _scales(op, absmax, absmax_8bit, absmax_code, absmax_offset)
     W = dequantize_with_code(B, absmax, code4(quant_type, A.device), blocksize, shapeB, A.dtype)
     return torch.nn.functional.linear(A, W, bias)
