@@ -16,6 +16,8 @@
 // more than A from L2), so only K beyond kSliceK is sliced.
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <numeric>
 #include <vector>
 
 #include "bnb/core/blockwise4.h"
@@ -295,29 +297,103 @@ const char* Gemv4KernelName(Gemv4Kernel kernel) {
   return "highway";
 }
 
-void Gemv4(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,
-           int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end, bool bf16_products) {
+namespace {
+
+// Nested statistics, a band of rows at a time: each band starts on a row whose first element begins a block (a
+// multiple of `step` rows), so that to the kernels it is a matrix of its own, its codes starting on a byte and its
+// blocks at block 0 of the band's scales, which are expanded just before (about kBandBlocks of them: in L2 beside
+// the rows' codes). run(m0, band's scales, first row, end row), rows counted from m0.
+template <class Run>
+void ForEachNestedBand(const NestedAbsmax& nested, int64_t N, int64_t K, int64_t blocksize, int64_t row_begin,
+                       int64_t row_end, bool avx512, const Run& run) {
+  constexpr int64_t kBandBlocks = 16384;
+  const int64_t step = blocksize / std::gcd(K % blocksize, blocksize);  // m * K % blocksize == 0 iff step | m
+  const int64_t band_rows = std::max<int64_t>(step, kBandBlocks * blocksize / K / step * step);
+  thread_local std::vector<float> scales;  // kept between calls: no page faults for a fresh buffer each time
+  for (int64_t m0 = row_begin / step * step; m0 < row_end; m0 += band_rows) {
+    const int64_t m1 = std::min({m0 + band_rows, N, row_end});
+    const int64_t b0 = m0 * K / blocksize;                    // exact: step | m0
+    const int64_t b1 = (m1 * K + blocksize - 1) / blocksize;  // the blocks rows [m0, m1) touch
+    scales.resize(b1 - b0);
+#if BNB_GEMV4_X86
+    if (avx512) {
+      gemv4_x86::ExpandNested(nested.q, nested.code256, nested.absmax2, nested.offset, b0, b1, scales.data());
+      run(m0, scales.data(), std::max(row_begin, m0) - m0, m1 - m0);
+      continue;
+    }
+#endif
+    (void)avx512;
+    for (int64_t b = b0; b < b1; ++b) {
+      const float scaled = nested.code256[nested.q[b]] * nested.absmax2[b / kNestedBlocksize];
+      scales[b - b0] = scaled + nested.offset;
+    }
+    run(m0, scales.data(), std::max(row_begin, m0) - m0, m1 - m0);
+  }
+}
+
+// Gemv4 and Gemv4Nested: absmax, or (null and) the nested statistics.
+void Gemv4Any(DType dtype, const void* A, const uint8_t* B, const float* absmax, const NestedAbsmax* nested,
+              const float* code16, int64_t N, int64_t K, int64_t blocksize, void* out, int64_t row_begin,
+              int64_t row_end, bool bf16_products) {
+  if (row_begin >= row_end) return;
+  const int64_t out_size = DTypeSize(dtype);
   const Gemv4Kernel kernel = ActiveGemv4Kernel(dtype, K, bf16_products);
-  if (kernel == Gemv4Kernel::kHighway || row_begin >= row_end) {
-    return HWY_DYNAMIC_DISPATCH(Gemv4Vec)(dtype, A, B, absmax, code16, N, K, blocksize, out, row_begin, row_end);
+  // Rows [r0, r1) of the band whose codes start at b and block scales at scales (m * K / 2 is exact for the rows a
+  // band starts on: blocksize is even, so m * K is).
+  std::function<void(const uint8_t*, const float*, void*, int64_t, int64_t)> rows;
+  if (kernel == Gemv4Kernel::kHighway) {
+    rows = [&](const uint8_t* b, const float* scales, void* o, int64_t r0, int64_t r1) {
+      HWY_DYNAMIC_DISPATCH(Gemv4Vec)(dtype, A, b, scales, code16, r1, K, blocksize, o, r0, r1);
+    };
   }
 #if BNB_GEMV4_X86
+  // A laid out once for all bands.
+  std::vector<float> a32;
+  std::vector<uint16_t> a16;
+  if (kernel == Gemv4Kernel::kAvx512Bf16) {
+    a16 = gemv4_x86::ArrangeBf16(A, K);
+  } else if (kernel == Gemv4Kernel::kAvx512) {
+    a32 = gemv4_x86::ArrangeF32(dtype, A, K);
+  }
   int block_shift = 0;
   while ((int64_t{1} << block_shift) < blocksize) ++block_shift;  // blocksize is a power of two
-  std::vector<float> acc(row_end - row_begin);
-  if (kernel == Gemv4Kernel::kAvx512Bf16) {
-    gemv4_x86::RowsBf16(A, B, absmax, code16, K, block_shift, acc.data(), row_begin, row_end);
-  } else {
-    gemv4_x86::RowsF32(dtype, A, B, absmax, code16, K, block_shift, acc.data(), row_begin, row_end);
-  }
-  for (int64_t m = row_begin; m < row_end; ++m) {
-    if (RowHasNonFiniteAbsmax(absmax, m, K, block_shift)) {
-      Gemv4Scalar(dtype, A, B, absmax, code16, N, K, blocksize, out, m, m + 1);
-    } else {
-      StoreFromFloat(dtype, out, m, acc[m - row_begin]);
-    }
+  std::vector<float> acc;
+  if (kernel != Gemv4Kernel::kHighway) {
+    rows = [&](const uint8_t* b, const float* scales, void* o, int64_t r0, int64_t r1) {
+      acc.resize(r1 - r0);
+      if (kernel == Gemv4Kernel::kAvx512Bf16) {
+        gemv4_x86::RowsBf16(a16.data(), b, scales, code16, K, block_shift, acc.data(), r0, r1);
+      } else {
+        gemv4_x86::RowsF32(a32.data(), b, scales, code16, K, block_shift, acc.data(), r0, r1);
+      }
+      for (int64_t m = r0; m < r1; ++m) {
+        if (RowHasNonFiniteAbsmax(scales, m, K, block_shift)) {
+          Gemv4Scalar(dtype, A, b, scales, code16, r1, K, blocksize, o, m, m + 1);
+        } else {
+          StoreFromFloat(dtype, o, m, acc[m - r0]);
+        }
+      }
+    };
   }
 #endif
+  if (nested == nullptr) return rows(B, absmax, out, row_begin, row_end);
+  ForEachNestedBand(*nested, N, K, blocksize, row_begin, row_end, kernel != Gemv4Kernel::kHighway,
+                    [&](int64_t m0, const float* scales, int64_t r0, int64_t r1) {
+                      rows(B + m0 * K / 2, scales, static_cast<char*>(out) + m0 * out_size, r0, r1);
+                    });
+}
+
+}  // namespace
+
+void Gemv4(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,
+           int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end, bool bf16_products) {
+  Gemv4Any(dtype, A, B, absmax, nullptr, code16, N, K, blocksize, out, row_begin, row_end, bf16_products);
+}
+
+void Gemv4Nested(DType dtype, const void* A, const uint8_t* B, const NestedAbsmax& absmax, const float* code16,
+                 int64_t N, int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end,
+                 bool bf16_products) {
+  Gemv4Any(dtype, A, B, nullptr, &absmax, code16, N, K, blocksize, out, row_begin, row_end, bf16_products);
 }
 
 }  // namespace bnb::core

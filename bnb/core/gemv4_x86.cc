@@ -177,30 +177,61 @@ bool HasAvx512Bf16() {
   return has;
 }
 
-BNB_TARGET_AVX512 void RowsF32(DType dtype, const void* A, const uint8_t* B, const float* absmax,
-                               const float* code16, int64_t K, int block_shift, float* acc, int64_t row_begin,
-                               int64_t row_end) {
+BNB_TARGET_AVX512 void ExpandNested(const uint8_t* q, const float* code256, const float* absmax2, float offset,
+                                    int64_t b0, int64_t b1, float* out) {
+  constexpr int64_t kNested = 256;  // NestedAbsmax's blocks of q per absmax2 value
+  const __m512 off = _mm512_set1_ps(offset);
+  const __m512i lanes = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  int64_t b = b0;
+  for (; b + 16 <= b1; b += 16) {
+    const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b)));
+    const __m512 code = _mm512_i32gather_ps(idx, code256, 4);
+    const int64_t j = b / kNested;
+    __m512 scale = _mm512_set1_ps(absmax2[j]);
+    if ((b + 15) / kNested != j) {  // the 16 blocks cross into the next absmax2 value
+      const int32_t first_next = static_cast<int32_t>((j + 1) * kNested - b);
+      const __mmask16 next = _mm512_cmpge_epi32_mask(lanes, _mm512_set1_epi32(first_next));
+      scale = _mm512_mask_blend_ps(next, scale, _mm512_set1_ps(absmax2[j + 1]));
+    }
+    _mm512_storeu_ps(out + (b - b0), _mm512_add_ps(_mm512_mul_ps(code, scale), off));
+  }
+  for (; b < b1; ++b) {
+    const float scaled = code256[q[b]] * absmax2[b / kNested];
+    out[b - b0] = scaled + offset;
+  }
+}
+
+std::vector<float> ArrangeF32(DType dtype, const void* A, int64_t K) {
   std::vector<float> a(K);
   for (int64_t c = 0; c < K; c += kChunk) {
     for (int s = 0; s < 8; ++s) {
       for (int k = 0; k < 16; ++k) a[c + 16 * s + k] = LoadAsFloat(dtype, A, c + 8 * k + kOrder8[s]);
     }
   }
-  const ChunkF32 chunk{_mm512_loadu_ps(code16), a.data()};
-  SumRows(RangeSum<ChunkF32>{chunk, B, absmax, K, block_shift}, K, acc, row_begin, row_end);
+  return a;
 }
 
-BNB_TARGET_AVX512BF16 void RowsBf16(const void* A, const uint8_t* B, const float* absmax, const float* code16,
-                                    int64_t K, int block_shift, float* acc, int64_t row_begin, int64_t row_end) {
+std::vector<uint16_t> ArrangeBf16(const void* A, int64_t K) {
   std::vector<uint16_t> a(K);
   for (int64_t c = 0; c < K; c += kChunk) {
     for (int r = 0; r < 4; ++r) {
       for (int j = 0; j < 32; ++j) a[c + 32 * r + j] = LoadElement<uint16_t>(A, c + 4 * j + kOrder4[r]);
     }
   }
+  return a;
+}
+
+BNB_TARGET_AVX512 void RowsF32(const float* a, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
+                               int block_shift, float* acc, int64_t row_begin, int64_t row_end) {
+  const ChunkF32 chunk{_mm512_loadu_ps(code16), a};
+  SumRows(RangeSum<ChunkF32>{chunk, B, absmax, K, block_shift}, K, acc, row_begin, row_end);
+}
+
+BNB_TARGET_AVX512BF16 void RowsBf16(const uint16_t* a, const uint8_t* B, const float* absmax, const float* code16,
+                                    int64_t K, int block_shift, float* acc, int64_t row_begin, int64_t row_end) {
   uint16_t table[32];
   for (int i = 0; i < 32; ++i) table[i] = FloatToBF16(code16[i & 15]);
-  const ChunkBf16 chunk{_mm512_loadu_si512(table), a.data()};
+  const ChunkBf16 chunk{_mm512_loadu_si512(table), a};
   SumRows(RangeSum<ChunkBf16>{chunk, B, absmax, K, block_shift}, K, acc, row_begin, row_end);
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "bnb/core/dtype.h"
 
@@ -29,10 +30,19 @@ bool HasAvx512Bf16();
 //   - RowsBf16 (A in bfloat16, AVX512-BF16): the code values rounded to bfloat16, looked up by vpermw, multiplied
 //     in pairs by vdpbf16ps. Each weight's code value then carries a relative error of at most 2^-9, the rounding a
 //     bfloat16 weight has (so the result is as exact as a bfloat16 product with a dequantized bfloat16 weight).
-void RowsF32(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
-             int block_shift, float* acc, int64_t row_begin, int64_t row_end);
-void RowsBf16(const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t K, int block_shift,
-              float* acc, int64_t row_begin, int64_t row_end);
+// Nested statistics' scales of blocks [b0, b1) into out[0, b1 - b0): code256[q[b]] * absmax2[b / 256] + offset,
+// each operation rounded to float32 as NestedAbsmax defines them; 16 blocks at a time (a gather of the codes).
+void ExpandNested(const uint8_t* q, const float* code256, const float* absmax2, float offset, int64_t b0,
+                  int64_t b1, float* out);
+
+// Each takes A laid out in its lookup order (ArrangeF32 / ArrangeBf16: once per call, whatever the rows) and
+// writes row m's float32 sum to acc[m - row_begin].
+std::vector<float> ArrangeF32(DType dtype, const void* A, int64_t K);
+std::vector<uint16_t> ArrangeBf16(const void* A, int64_t K);
+void RowsF32(const float* a, const uint8_t* B, const float* absmax, const float* code16, int64_t K, int block_shift,
+             float* acc, int64_t row_begin, int64_t row_end);
+void RowsBf16(const uint16_t* a, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
+              int block_shift, float* acc, int64_t row_begin, int64_t row_end);
 
 }  // namespace bnb::core::gemv4_x86
 #endif
