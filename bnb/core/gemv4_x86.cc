@@ -134,6 +134,21 @@ struct ChunkBf16 {
     q = _mm512_dpbf16_ps(q, Codes(_mm512_srli_epi16(x, 12)), Acts(ac + 96));
   }
 
+  // Two rows' chunks c against one load of A: p0 += row 0's products, p1 += row 1's.
+  BNB_TARGET_AVX512BF16 inline void Two(const uint8_t* bytes0, const uint8_t* bytes1, int64_t c, __m512& p0,
+                                        __m512& p1) const {
+    const __m512i x = _mm512_loadu_si512(bytes0), y = _mm512_loadu_si512(bytes1);
+    const uint16_t* ac = a + c * kChunk;
+    p0 = _mm512_dpbf16_ps(p0, Codes(x), Acts(ac));
+    p1 = _mm512_dpbf16_ps(p1, Codes(y), Acts(ac));
+    p0 = _mm512_dpbf16_ps(p0, Codes(_mm512_srli_epi16(x, 4)), Acts(ac + 32));
+    p1 = _mm512_dpbf16_ps(p1, Codes(_mm512_srli_epi16(y, 4)), Acts(ac + 32));
+    p0 = _mm512_dpbf16_ps(p0, Codes(_mm512_srli_epi16(x, 8)), Acts(ac + 64));
+    p1 = _mm512_dpbf16_ps(p1, Codes(_mm512_srli_epi16(y, 8)), Acts(ac + 64));
+    p0 = _mm512_dpbf16_ps(p0, Codes(_mm512_srli_epi16(x, 12)), Acts(ac + 96));
+    p1 = _mm512_dpbf16_ps(p1, Codes(_mm512_srli_epi16(y, 12)), Acts(ac + 96));
+  }
+
   BNB_TARGET_AVX512BF16 inline __m512bh Codes(__m512i idx) const {
     return reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(idx, table));
   }
@@ -162,6 +177,50 @@ BNB_TARGET_AVX512 float RangeSum<ChunkF32>::operator()(int64_t m, int64_t c0, in
 template <>
 BNB_TARGET_AVX512BF16 float RangeSum<ChunkBf16>::operator()(int64_t m, int64_t c0, int64_t c1) const {
   return RowSumAvx512Bf16(chunk, B + m * (K / 2), absmax, m * K, c0, c1, block_shift);
+}
+
+// Rows m and m + 1 of the bfloat16 kernel in one pass, A loaded once for both, for rows whose A (laid out) is larger
+// than kPairAboveBytes, so that it comes from L2: 4096x14336 from memory, 2 threads, 2192 -> 1987 us. Rows of
+// K = 4096 measured faster in pairs only warm (the same weight again); from memory they lost 577 -> 824 us
+// (tools/bench/NOTES.md). The float32 kernel, whose chunks hold twice the dependent multiply-adds, measured slower
+// in pairs. Blocks of 128 or more need K a multiple of the blocksize, so that both rows' blocks start at the same
+// chunks.
+constexpr int64_t kPairAboveBytes = 16 << 10;
+
+BNB_TARGET_AVX512BF16 void RowPairBf16(const ChunkBf16& chunk, const uint8_t* B, const float* absmax, int64_t K,
+                                       int block_shift, int64_t m, float* acc) {
+  const int64_t chunks = K / kChunk, first0 = m * K, first1 = first0 + K;
+  const uint8_t* row0 = B + m * (K / 2);
+  const uint8_t* row1 = row0 + K / 2;
+  __m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
+  const auto step = [](const ChunkBf16& ch, const uint8_t* r0, const uint8_t* r1, int64_t c, __m512& p0,
+                       __m512& p1) BNB_TARGET_AVX512BF16 {
+    _mm_prefetch(reinterpret_cast<const char*>(r0 + c * (kChunk / 2) + kPrefetchBytes), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(r1 + c * (kChunk / 2) + kPrefetchBytes), _MM_HINT_T0);
+    ch.Two(r0 + c * (kChunk / 2), r1 + c * (kChunk / 2), c, p0, p1);
+  };
+  if (block_shift <= 6) {
+    for (int64_t c = 0; c < chunks; ++c) {
+      __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
+      step(chunk, row0, row1, c, p0, p1);
+      t0 = _mm512_fmadd_ps(p0, LaneScales(absmax, first0 + c * kChunk, block_shift), t0);
+      t1 = _mm512_fmadd_ps(p1, LaneScales(absmax, first1 + c * kChunk, block_shift), t1);
+    }
+  } else {
+    const int64_t blocks_per_row = K >> block_shift;
+    int64_t c = 0;
+    while (c < chunks) {
+      const int64_t block = (first0 + c * kChunk) >> block_shift;
+      const int64_t block_end = (((block + 1) << block_shift) - first0) / kChunk;
+      const int64_t end = block_end < chunks ? block_end : chunks;
+      __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
+      for (; c < end; ++c) step(chunk, row0, row1, c, p0, p1);
+      t0 = _mm512_fmadd_ps(p0, _mm512_set1_ps(absmax[block]), t0);
+      t1 = _mm512_fmadd_ps(p1, _mm512_set1_ps(absmax[block + blocks_per_row]), t1);
+    }
+  }
+  acc[0] = _mm512_reduce_add_ps(t0);
+  acc[1] = _mm512_reduce_add_ps(t1);
 }
 
 }  // namespace
@@ -232,7 +291,11 @@ BNB_TARGET_AVX512BF16 void RowsBf16(const uint16_t* a, const uint8_t* B, const f
   uint16_t table[32];
   for (int i = 0; i < 32; ++i) table[i] = FloatToBF16(code16[i & 15]);
   const ChunkBf16 chunk{_mm512_loadu_si512(table), a};
-  SumRows(RangeSum<ChunkBf16>{chunk, B, absmax, K, block_shift}, K, acc, row_begin, row_end);
+  int64_t m = row_begin;
+  if (K * int64_t{sizeof(uint16_t)} > kPairAboveBytes && (block_shift <= 6 || K % (int64_t{1} << block_shift) == 0)) {
+    for (; m + 1 < row_end; m += 2) RowPairBf16(chunk, B, absmax, K, block_shift, m, acc + (m - row_begin));
+  }
+  SumRows(RangeSum<ChunkBf16>{chunk, B, absmax, K, block_shift}, K, acc + (m - row_begin), m, row_end);
 }
 
 }  // namespace bnb::core::gemv4_x86

@@ -36,7 +36,10 @@ const Shape kShapes[] = {{1, 32, 32},    {3, 64, 32},     {7, 100, 64},   {5, 33
                          // K a multiple of 128 (the AVX-512 kernels): 4 and 2 blocks per chunk, blocks of several
                          // chunks, blocks across row ends (4224 = 16.5 * 256), a block longer than a row.
                          {3, 384, 32},   {4, 256, 64},    {5, 4224, 256}, {2, 1280, 512}, {3, 4224, 4096},
-                         {9, 128, 4096}};
+                         {9, 128, 4096},
+                         // Pairs of rows (the bfloat16 kernel, K above 8192) with blocks of one chunk, of several,
+                         // of a whole row, and rows left over.
+                         {5, 8320, 64},  {4, 8448, 256},  {3, 16384, 4096}, {4, 8320, 32}};
 
 TEST_P(EveryIsa, MatchesDequantizeThenDot) {
   for (Quant4 q : {Quant4::kNF4, Quant4::kFP4})
