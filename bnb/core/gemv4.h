@@ -42,6 +42,18 @@ void Gemv4Nested(DType dtype, const void* A, const uint8_t* B, const NestedAbsma
                  int64_t N, int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end,
                  bool bf16_products = true);
 
+// Small batches: out[r, n] = sum_k A[r, k] * W[n, k] (+ bias[n]) for the M rows of A (row-major, K apart) and W's
+// rows [n0, n1), with out row-major (N apart) and bias (N values or null) of `dtype` like A. One pass over W's rows
+// per 8 rows of A, the code values looked up once for all of them; each output is its row's Gemv4 sum plus the
+// bias, in float32, rounded once. nested: null, or the statistics absmax stands for (then absmax is unused).
+// Only where Gemm4SmallRuns says so (the AVX-512 kernels); otherwise callers dequantize W and multiply.
+// Up to 32 rows of float32 / float16 A, 16 of bfloat16 (there dequantize + F.linear, oneDNN's bfloat16 product,
+// measured faster from 32 rows: tools/bench/NOTES.md).
+bool Gemm4SmallRuns(DType dtype, int64_t M, int64_t K, bool bf16_products = true);
+void Gemm4Small(DType dtype, const void* A, int64_t M, const uint8_t* B, const float* absmax,
+                const NestedAbsmax* nested, const float* code16, int64_t N, int64_t K, int64_t blocksize,
+                const void* bias, void* out, int64_t n0, int64_t n1, bool bf16_products = true);
+
 // Which kernel Gemv4 runs for A of `dtype` and rows of K elements, now (the cpu.isa cap and the processor decide):
 //   - kAvx512Bf16: bfloat16 A, K a multiple of 128, AVX-512 dispatched and AVX512-BF16, bf16_products: the code
 //     values rounded to
@@ -55,6 +67,10 @@ const char* Gemv4KernelName(Gemv4Kernel kernel);  // "highway", "avx512", "avx51
 
 // Whether row m has a block with an infinite or NaN absmax: such rows take the definition (see Gemv4).
 bool RowHasNonFiniteAbsmax(const float* absmax, int64_t m, int64_t K, int block_shift);
+
+// Row m of the definition below, as float32 before the output's rounding.
+float Gemv4RowScalar(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16,
+                     int64_t K, int64_t blocksize, int64_t m);
 
 // The definition: for each row, acc = 0.0f, then for k = 0, 1, ..., K - 1 in order
 //   acc = acc + float(A[k]) * W[m, k]     (product and sum each rounded to float32; no fused multiply-add)

@@ -385,6 +385,65 @@ void Gemv4Any(DType dtype, const void* A, const uint8_t* B, const float* absmax,
 
 }  // namespace
 
+bool Gemm4SmallRuns(DType dtype, int64_t M, int64_t K, bool bf16_products) {
+  const int64_t max_rows = dtype == DType::kBFloat16 ? 16 : 32;
+  return M >= 1 && M <= max_rows && ActiveGemv4Kernel(dtype, K, bf16_products) != Gemv4Kernel::kHighway;
+}
+
+void Gemm4Small(DType dtype, const void* A, int64_t M, const uint8_t* B, const float* absmax,
+                const NestedAbsmax* nested, const float* code16, int64_t N, int64_t K, int64_t blocksize,
+                const void* bias, void* out, int64_t n0, int64_t n1, bool bf16_products) {
+#if BNB_GEMV4_X86
+  if (n0 >= n1) return;
+  const Gemv4Kernel kernel = ActiveGemv4Kernel(dtype, K, bf16_products);
+  const int64_t size = DTypeSize(dtype);
+  // A's rows laid out once, K apart.
+  std::vector<float> a32;
+  std::vector<uint16_t> a16;
+  for (int64_t r = 0; r < M; ++r) {
+    const void* row = static_cast<const char*>(A) + r * K * size;
+    if (kernel == Gemv4Kernel::kAvx512Bf16) {
+      const std::vector<uint16_t> one = gemv4_x86::ArrangeBf16(row, K);
+      a16.insert(a16.end(), one.begin(), one.end());
+    } else {
+      const std::vector<float> one = gemv4_x86::ArrangeF32(dtype, row, K);
+      a32.insert(a32.end(), one.begin(), one.end());
+    }
+  }
+  int block_shift = 0;
+  while ((int64_t{1} << block_shift) < blocksize) ++block_shift;  // blocksize is a power of two
+  std::vector<float> acc;
+  // W's rows [r0, r1) of the band whose codes start at b and block scales at scales, W row m0 + n of the whole.
+  const auto rows = [&](const uint8_t* b, const float* scales, int64_t m0, int64_t r0, int64_t r1) {
+    acc.resize(M * (r1 - r0));
+    if (kernel == Gemv4Kernel::kAvx512Bf16) {
+      gemv4_x86::SmallBf16(a16.data(), M, b, scales, code16, K, block_shift, acc.data(), r1 - r0, r0, r1);
+    } else {
+      gemv4_x86::SmallF32(a32.data(), M, b, scales, code16, K, block_shift, acc.data(), r1 - r0, r0, r1);
+    }
+    for (int64_t n = r0; n < r1; ++n) {
+      const bool by_definition = RowHasNonFiniteAbsmax(scales, n, K, block_shift);
+      const float add = bias == nullptr ? 0.0f : LoadAsFloat(dtype, bias, m0 + n);
+      for (int64_t r = 0; r < M; ++r) {
+        const void* a_row = static_cast<const char*>(A) + r * K * size;
+        float v = by_definition ? Gemv4RowScalar(dtype, a_row, b, scales, code16, K, blocksize, n)
+                                : acc[r * (r1 - r0) + (n - r0)];
+        if (bias != nullptr) v = v + add;
+        StoreFromFloat(dtype, out, r * N + m0 + n, v);
+      }
+    }
+  };
+  if (nested == nullptr) return rows(B, absmax, 0, n0, n1);
+  ForEachNestedBand(*nested, N, K, blocksize, n0, n1, true, [&](int64_t m0, const float* scales, int64_t r0,
+                                                                int64_t r1) {
+    rows(B + m0 * K / 2, scales, m0, r0, r1);
+  });
+#else
+  (void)dtype, (void)A, (void)M, (void)B, (void)absmax, (void)nested, (void)code16, (void)N, (void)K;
+  (void)blocksize, (void)bias, (void)out, (void)n0, (void)n1, (void)bf16_products;
+#endif
+}
+
 void Gemv4(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,
            int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end, bool bf16_products) {
   Gemv4Any(dtype, A, B, absmax, nullptr, code16, N, K, blocksize, out, row_begin, row_end, bf16_products);

@@ -184,6 +184,93 @@ TEST_P(EveryIsa, NestedStatisticsGiveTheProductOfTheAbsmaxTheyStandFor) {
   }
 }
 
+TEST_P(EveryIsa, SmallBatchesMatchTheDefinitionRowByRow) {
+  // Gemm4Small (AVX-512 only): each output against the float64 product of its row, within Gemv4's bound (and the
+  // bfloat16 codes' rounding where that kernel runs); exact on integer values; bias added once; a W row range
+  // writes only its columns; nested statistics give the same bits as their absmax.
+  std::vector<float> int_code(16);
+  for (int c = 0; c < 16; ++c) int_code[c] = static_cast<float>(c - 8);
+  for (DType dtype : kDTypes)
+  for (const Shape& s : kShapes) {
+    if (s.k % 128 != 0 || s.n * s.k > (int64_t{1} << 20)) continue;
+    for (int64_t M : {1, 2, 3, 8, 9, 17}) {
+      if (!Gemm4SmallRuns(dtype, M, s.k)) continue;
+      SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " N " << s.n << " K " << s.k << " blocksize "
+                                      << s.blocksize << " M " << M);
+      std::mt19937 rng(static_cast<uint32_t>(s.n * 13 + s.k + M));
+      std::uniform_int_distribution<int> byte(0, 255), small(-4, 4), scale(1, 3);
+      const int64_t total = s.n * s.k, blocks = NumBlocks(total, s.blocksize);
+      std::vector<uint8_t> packed(PackedSize4(total));
+      for (auto& b : packed) b = static_cast<uint8_t>(byte(rng));
+      std::vector<float> absmax(blocks), a(M * s.k), bias(s.n);
+      for (auto& v : absmax) v = static_cast<float>(scale(rng));
+      for (auto& v : a) v = static_cast<float>(small(rng));
+      for (auto& v : bias) v = static_cast<float>(small(rng));
+      const auto a_raw = Encode(dtype, a);
+      const auto bias_raw = Encode(dtype, bias);
+      std::vector<uint8_t> out(M * s.n * DTypeSize(dtype), 0xAB);
+      const int64_t n0 = s.n / 3, n1 = s.n;  // a range of W's rows: the others' columns stay untouched
+      Gemm4Small(dtype, a_raw.data(), M, packed.data(), absmax.data(), nullptr, int_code.data(), s.n, s.k,
+                 s.blocksize, bias_raw.data(), out.data(), n0, n1);
+      for (int64_t r = 0; r < M; ++r) {
+        for (int64_t n = 0; n < s.n; ++n) {
+          const int64_t i = r * s.n + n;
+          if (n < n0) {
+            EXPECT_EQ(out[i * DTypeSize(dtype)], 0xAB) << "row " << r << " column " << n;
+            continue;
+          }
+          int64_t exact = static_cast<int64_t>(bias[n]);
+          for (int64_t k = 0; k < s.k; ++k) {
+            const int64_t f = n * s.k + k;
+            exact += static_cast<int64_t>(a[r * s.k + k]) * (PackedCode4(packed.data(), f) - 8) *
+                     static_cast<int64_t>(absmax[f / s.blocksize]);
+          }
+          std::vector<uint8_t> expected(DTypeSize(dtype));
+          StoreFromFloat(dtype, expected.data(), 0, static_cast<float>(exact));
+          ASSERT_EQ(LoadAsFloat(dtype, out.data(), i), LoadAsFloat(dtype, expected.data(), 0))
+              << "row " << r << " column " << n;
+        }
+      }
+      // Real code values: within the gemv bound of the float64 product, and nested statistics alike in bits.
+      std::normal_distribution<float> normal;
+      for (auto& v : a) v = normal(rng);
+      const auto a_real = Encode(dtype, a);
+      const auto& code16 = Code4(Quant4::kNF4);
+      std::vector<float> code256(256), absmax2(NumBlocks(blocks, kNestedBlocksize));
+      std::vector<uint8_t> q(blocks);
+      for (int i = 0; i < 256; ++i) code256[i] = static_cast<float>(i) / 255.0f;
+      for (auto& v : absmax2) v = std::fabs(normal(rng)) + 0.5f;
+      for (auto& b : q) b = static_cast<uint8_t>(byte(rng));
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float scaled = code256[q[b]] * absmax2[b / kNestedBlocksize];
+        absmax[b] = scaled + 0.25f;
+      }
+      const NestedAbsmax nested{q.data(), code256.data(), absmax2.data(), 0.25f};
+      std::vector<uint8_t> plain(M * s.n * DTypeSize(dtype)), via_nested(plain.size());
+      Gemm4Small(dtype, a_real.data(), M, packed.data(), absmax.data(), nullptr, code16.data(), s.n, s.k,
+                 s.blocksize, nullptr, plain.data(), 0, s.n);
+      Gemm4Small(dtype, a_real.data(), M, packed.data(), nullptr, &nested, code16.data(), s.n, s.k, s.blocksize,
+                 nullptr, via_nested.data(), 0, s.n);
+      EXPECT_EQ(plain, via_nested);
+      const bool bf16_codes = ActiveGemv4Kernel(dtype, s.k) == Gemv4Kernel::kAvx512Bf16;
+      for (int64_t r = 0; r < M; ++r) {
+        for (int64_t n = 0; n < s.n; ++n) {
+          double ref = 0, mag = 0;
+          for (int64_t k = 0; k < s.k; ++k) {
+            const int64_t f = n * s.k + k;
+            const double w = double{code16[PackedCode4(packed.data(), f)]} * absmax[f / s.blocksize];
+            const double t = double{LoadAsFloat(dtype, a_real.data(), r * s.k + k)} * w;
+            ref += t;
+            mag += std::fabs(t);
+          }
+          const double tol = tests::GemvTolerance(dtype, ref, mag) + (bf16_codes ? std::ldexp(mag, -9) : 0.0);
+          ASSERT_NEAR(LoadAsFloat(dtype, plain.data(), r * s.n + n), ref, tol) << "row " << r << " column " << n;
+        }
+      }
+    }
+  }
+}
+
 TEST_P(EveryIsa, SaysWhichKernelRuns) {
   // The AVX-512 kernels take K a multiple of 128 under an avx3 (or better) cap; everything else the Highway kernel.
   const bool avx3 = GetParam().rfind("avx3", 0) == 0;  // avx3 and its better variants

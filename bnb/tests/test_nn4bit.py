@@ -49,8 +49,18 @@ def test_forward_paths(quant_type, storage, compress):
         x1 = torch.randn(1, 1, 128)  # one token: gemv_4bit, W never materialized
         want = F.gemv_4bit(x1, layer.weight, state=layer.weight.quant_state) + layer.bias
         assert_same_bits(layer(x1), want)
-        xb = torch.randn(4, 7, 128)  # a batch: dequantize + dense matmul
-        assert_same_bits(layer(xb), torch.nn.functional.linear(xb, W, layer.bias))
+        xb = torch.randn(4, 7, 128)  # a small batch: one pass over the weight (AVX-512), else dequantize + matmul
+        got = layer(xb)
+        dense_path = torch.nn.functional.linear(xb, W, layer.bias)
+        if bnb._C.gemv4_kernel("float32", 128) == "highway":
+            assert_same_bits(got, dense_path)
+        else:  # each row exactly as the one-token path computes it (float32 A, blocks of 64)
+            rows = [F.gemv_4bit(r.view(1, 128), layer.weight, state=layer.weight.quant_state) + layer.bias
+                    for r in xb.reshape(-1, 128)]
+            assert_same_bits(got.reshape(-1, got.shape[-1]), torch.cat(rows))
+            torch.testing.assert_close(got, dense_path, rtol=1e-5, atol=1e-5)
+        xl = torch.randn(40, 128)  # more rows than the small-batch kernel takes: dequantize + dense matmul
+        assert_same_bits(layer(xl), torch.nn.functional.linear(xl, W, layer.bias))
 
 
 def test_compute_dtype_and_input_dtype():

@@ -68,6 +68,47 @@ struct Cpu {
              });
   }
 
+  // Small batches (up to 16-32 rows of A: core::Gemm4SmallRuns) in one pass over the weight's rows per 8 rows of A,
+  // where bnb/core has the kernel (AVX-512): no dequantized weight is made. W's rows split over threads.
+  static c10::optional<at::Tensor> GemmDirect(const char* op, const at::Tensor& A, const at::Tensor& packed,
+                                              int64_t N, int64_t K, const at::Tensor& absmax, const Nested& nested,
+                                              core::Quant4 q, int64_t blocksize,
+                                              const c10::optional<at::Tensor>& bias) {
+    const core::DType dtype = FloatDType(op, "A", A.scalar_type());
+    const int64_t M = K == 0 ? 0 : A.numel() / K;
+    absl::StatusOr<core::CpuSettings> settings = core::CurrentCpuSettings();
+    TORCH_CHECK(settings.ok(), "bnb::", op, ": ", settings.status().message());
+    if (!core::Gemm4SmallRuns(dtype, M, K, settings->gemv_bf16_products)) return c10::nullopt;
+    const at::Tensor a = A.contiguous(), am = absmax.contiguous();
+    const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
+    std::vector<int64_t> shape(A.sizes().begin(), A.sizes().end());
+    shape.back() = N;
+    at::Tensor out = at::empty(shape, A.options());
+    at::Tensor q8, code8;
+    c10::optional<core::NestedAbsmax> stats;
+    if (nested.present()) {
+      q8 = nested.absmax_8bit->contiguous();
+      code8 = nested.absmax_code->contiguous();
+      const auto prepared = core::PrepareCodebookCached(code8.data_ptr<float>(), code8.numel());
+      TORCH_CHECK(prepared.ok(), "bnb::", op, ": dequantizing absmax_8bit by absmax_code: ",
+                  prepared.status().message());
+      stats = core::NestedAbsmax{q8.data_ptr<uint8_t>(), code8.data_ptr<float>(), am.data_ptr<float>(),
+                                 nested.absmax_offset->to(at::kFloat).item<float>()};
+    }
+    const void* ap = a.data_ptr();
+    const uint8_t* bp = packed.data_ptr<uint8_t>();
+    const float* amp = am.data_ptr<float>();
+    const void* biasp = b.defined() ? b.data_ptr() : nullptr;
+    void* outp = out.data_ptr();
+    const float* code16 = core::Code4(q).data();
+    const bool bf16_products = settings->gemv_bf16_products;
+    ParallelOverBlocks(op, N, K * M, [&](int64_t n0, int64_t n1) {
+      core::Gemm4Small(dtype, ap, M, bp, amp, stats ? &*stats : nullptr, code16, N, K, blocksize, biasp, outp, n0,
+                       n1, bf16_products);
+    });
+    return out;
+  }
+
   // Runs rows(dtype, A, B, code, out, r0, r1, bf16_products) over torch's threads, split by rows.
   template <class Rows>
   static void GemvRows(const char* op, const at::Tensor& A, const at::Tensor& packed, int64_t N, int64_t K,

@@ -18,6 +18,12 @@
 //     static void GemvNested(const char* op, const at::Tensor& A, const at::Tensor& packed, int64_t N, int64_t K,
 //                            const at::Tensor& absmax, const Nested& nested, const at::Tensor& code,
 //                            int64_t blocksize, at::Tensor& out);
+//     // Optional: gemm_4bit by a kernel of its own where it has one for these arguments (checked), or nullopt
+//     // (then gemm_4bit dequantizes through the dispatcher, GemmByDequantize).
+//     static c10::optional<at::Tensor> GemmDirect(const char* op, const at::Tensor& A, const at::Tensor& packed,
+//                                                 int64_t N, int64_t K, const at::Tensor& absmax,
+//                                                 const Nested& nested, core::Quant4 q, int64_t blocksize,
+//                                                 const c10::optional<at::Tensor>& bias);
 //   };
 //
 // and its file registers Ops<MyBackend>::Register in a TORCH_LIBRARY_IMPL for its dispatch key. gemm_4bit needs no
@@ -93,6 +99,11 @@ template <class Backend, class = void>
 struct ReadsNested : std::false_type {};
 template <class Backend>
 struct ReadsNested<Backend, std::void_t<decltype(&Backend::GemvNested)>> : std::true_type {};
+
+template <class Backend, class = void>
+struct HasGemmDirect : std::false_type {};
+template <class Backend>
+struct HasGemmDirect<Backend, std::void_t<decltype(&Backend::GemmDirect)>> : std::true_type {};
 
 template <class Backend>
 struct Ops {
@@ -196,6 +207,13 @@ struct Ops {
     if constexpr (Backend::kIsMeta) {
       return at::empty_symint(shape, A.options());
     } else {
+      if constexpr (HasGemmDirect<Backend>::value) {
+        c10::optional<at::Tensor> direct =
+            Backend::GemmDirect(op, A, PackedBytes(B), shapeB[0], shapeB[1], absmax,
+                                Nested{absmax_8bit, absmax_code, absmax_offset}, ParseQuantType(op, quant_type),
+                                blocksize, bias);
+        if (direct.has_value()) return *direct;
+      }
       return GemmByDequantize(op, A, B, shapeB, absmax, blocksize, quant_type, bias, absmax_8bit, absmax_code,
                               absmax_offset);
     }

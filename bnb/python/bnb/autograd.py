@@ -75,9 +75,10 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
         y = F._gemv_4bit(A, B, quant_state, F.get_4bit_type(quant_state.quant_type, device=A.device))
         result = _plus_bias(y, bias)
     else:  # differentiable in A and bias through the op's registered gradient
-        result = torch.ops.bnb.gemm_4bit(A, B, list(quant_state.shape), F._absmax_of(quant_state),
-                                         quant_state.blocksize, quant_state.quant_type,
-                                         None if bias is None else bias.to(A.dtype))
+        # Nested statistics go to the op as they are (the CPU's small-batch kernel reads them in place).
+        absmax, nested = F._scale_args(quant_state)
+        result = torch.ops.bnb.gemm_4bit(A, B, list(quant_state.shape), absmax, quant_state.blocksize,
+                                         quant_state.quant_type, None if bias is None else bias.to(A.dtype), *nested)
     if out is not None:
         return out.copy_(result)
     return result
