@@ -66,8 +66,11 @@ def test_blockwise4_bench_prints_every_row(capsys):
 
 
 def test_gemv4_bench_prints_every_row(capsys):
-    cpu_gemv4.main(["--shapes", "64x256", "--threads", "1", "--repeat", "1", "--no-layer"])
+    cpu_gemv4.main(["--shapes", "64x256", "--threads", "1", "--repeat", "1", "--no-layer", "--batches", "3"])
     out = capsys.readouterr().out
+    batch = [line.split() for line in out.splitlines() if line.startswith("batch 3 ")]
+    assert {(cells[2], cells[3]) for cells in batch} >= {("bfloat16", "bnb"), ("float32", "bnb")}, out
+    assert all(float(cells[-1]) > 0 for cells in batch), batch
     table = {}  # (A dtype, implementation) -> (us, % of limit)
     dtype = None
     for line in out.splitlines():

@@ -88,6 +88,29 @@ def shape_rows(shapes, dtype, blocksize, rounds, with_peers):
     return weight_bytes, min(copy), rows
 
 
+def batch_rows(N, K, batch, dtype, blocksize, rounds, with_peers):
+    """A batch through one weight (matmul_4bit, as Linear4bit's forward calls it) per implementation: (name, best
+    seconds) each, beside F.linear on the dense weight."""
+    W = torch.randn(N, K) * 0.02
+    x = torch.randn(batch, K).to(dtype)
+    packed, state = F.quantize_4bit(W.to(dtype), blocksize=blocksize, quant_type="nf4", compress_statistics=True)
+    impls = [("bnb matmul_4bit", lambda: bnb.matmul_4bit(x, packed.t(), state))]
+    if with_peers:
+        try:
+            import bitsandbytes
+            import bitsandbytes.functional as BF
+            bp, bs = BF.quantize_4bit(W.to(dtype), blocksize=blocksize, quant_type="nf4", compress_statistics=True)
+            bitsandbytes.matmul_4bit(x, bp.t(), bs)
+            impls.append(("bitsandbytes matmul_4bit", lambda: bitsandbytes.matmul_4bit(x, bp.t(), bs)))
+        except Exception:  # noqa: BLE001  (a peer that cannot run here is left out)
+            pass
+    dense = W.to(dtype)
+    impls.append((f"F.linear {dtype_name(dtype)}", lambda: torch.nn.functional.linear(x, dense)))
+    with torch.no_grad():
+        times = round_seconds([fn for _, fn in impls], rounds)
+    return [(name, min(ts)) for (name, _), ts in zip(impls, times)]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--shapes", default="4096x4096,14336x4096,4096x14336", help="weights NxK, one table row each")
@@ -97,6 +120,7 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=15, help="rounds (timing.round_seconds)")
     ap.add_argument("--no-layer", action="store_true", help="leave out the Llama-3-8B layer row")
     ap.add_argument("--no-peers", action="store_true", help="bnb alone (bitsandbytes, torch left out)")
+    ap.add_argument("--batches", default="16,128", help="batch sizes of the batch table (weight: the first shape)")
     args = ap.parse_args(argv)
     shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
     cases = [(f"{N}x{K}", [(N, K)]) for N, K in shapes]
@@ -121,6 +145,13 @@ def main(argv=None):
                         if name == "bnb gemv_4bit":
                             name = f"bnb ({kernel})"
                         print(f"{'':<30}{'':<10}{name:<26}{seconds * 1e6:>9.0f}{pct:>11.0f}%")
+            N, K = shapes[0]
+            print(f"\nbatches through {N}x{K} (Linear4bit's matmul_4bit), us")
+            for dtype in (getattr(torch, d) for d in args.dtypes.split(",")):
+                for batch in (int(b) for b in args.batches.split(",")):
+                    for name, seconds in batch_rows(N, K, batch, dtype, args.blocksize, args.repeat,
+                                                    not args.no_peers):
+                        print(f"{'batch ' + str(batch):<30}{dtype_name(dtype):<10}{name:<26}{seconds * 1e6:>9.0f}")
             print()
     finally:
         torch.set_num_threads(saved)
