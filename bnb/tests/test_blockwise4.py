@@ -157,6 +157,22 @@ def test_gemv_4bit_reads_nested_statistics_as_their_dequantized_absmax(isa, dtyp
                                 state.offset)
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_gemm_4bit_beyond_small_batches_is_dequantize_then_linear_over_several_bands(dtype):
+    # More rows than the small-batch kernel takes: the CPU dequantizes 4 MB bands of the weight (3000 x 1000 rows
+    # is 2-6 bands, rows starting mid-block with blocksize 256) and multiplies each by addmm, bit for bit
+    # dequantize + F.linear of the whole.
+    g = torch.Generator().manual_seed(7)
+    W = torch.randn(3000, 1000, generator=g)
+    packed, state = F.quantize_4bit(W.to(dtype), blocksize=256, quant_type="nf4", compress_statistics=True)
+    bias = torch.randn(3000, generator=g).to(dtype)
+    x = torch.randn(2, 20, 1000, generator=g).to(dtype)
+    with torch.no_grad():
+        got = bnb.matmul_4bit(x, packed.t(), state, bias=bias)
+        want = torch.nn.functional.linear(x, F.dequantize_4bit(packed, state), bias)
+    assert_same_bits(got, want)
+
+
 def test_gemv_kernel_close_to_reference_and_handles_ragged_blocks():
     # K not a multiple of the blocksize: blocks run across row ends.
     W = torch.randn(37, 100)
