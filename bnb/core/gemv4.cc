@@ -7,6 +7,12 @@
 
 namespace bnb::core {
 
+int BlockShift(int64_t blocksize) {
+  int shift = 0;
+  while ((int64_t{1} << shift) < blocksize) ++shift;
+  return shift;
+}
+
 bool RowHasNonFiniteAbsmax(const float* absmax, int64_t m, int64_t K, int block_shift) {
   for (int64_t b = (m * K) >> block_shift; b <= ((m + 1) * K - 1) >> block_shift; ++b) {
     if (!std::isfinite(absmax[b])) return true;

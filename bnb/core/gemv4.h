@@ -65,6 +65,9 @@ enum class Gemv4Kernel { kHighway, kAvx512, kAvx512Bf16 };
 Gemv4Kernel ActiveGemv4Kernel(DType dtype, int64_t K, bool bf16_products = true);
 const char* Gemv4KernelName(Gemv4Kernel kernel);  // "highway", "avx512", "avx512bf16"
 
+// log2(blocksize), for a power of two: the kernels find a block as element >> BlockShift(blocksize).
+int BlockShift(int64_t blocksize);
+
 // Whether row m has a block with an infinite or NaN absmax: such rows take the definition (see Gemv4).
 bool RowHasNonFiniteAbsmax(const float* absmax, int64_t m, int64_t K, int block_shift);
 

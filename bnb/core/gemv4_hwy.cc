@@ -237,8 +237,7 @@ struct Kernel {
 void Gemv4Vec(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,
               int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end) {
   if (row_begin >= row_end) return;
-  int block_shift = 0;
-  while ((int64_t{1} << block_shift) < blocksize) ++block_shift;  // blocksize is a power of two
+  const int block_shift = BlockShift(blocksize);
   const SplitA sa(dtype, A, K);
   const Table16 table = Table16::FromArray(code16);
   const BytePlanes planes(code16);
@@ -315,17 +314,15 @@ void ForEachNestedBand(const NestedAbsmax& nested, int64_t N, int64_t K, int64_t
     const int64_t b0 = m0 * K / blocksize;                    // exact: step | m0
     const int64_t b1 = (m1 * K + blocksize - 1) / blocksize;  // the blocks rows [m0, m1) touch
     scales.resize(b1 - b0);
-#if BNB_GEMV4_X86
     if (avx512) {
+#if BNB_GEMV4_X86
       gemv4_x86::ExpandNested(nested.q, nested.code256, nested.absmax2, nested.offset, b0, b1, scales.data());
-      run(m0, scales.data(), std::max(row_begin, m0) - m0, m1 - m0);
-      continue;
-    }
 #endif
-    (void)avx512;
-    for (int64_t b = b0; b < b1; ++b) {
-      const float scaled = nested.code256[nested.q[b]] * nested.absmax2[b / kNestedBlocksize];
-      scales[b - b0] = scaled + nested.offset;
+    } else {
+      for (int64_t b = b0; b < b1; ++b) {
+        const float scaled = nested.code256[nested.q[b]] * nested.absmax2[b / kNestedBlocksize];
+        scales[b - b0] = scaled + nested.offset;
+      }
     }
     run(m0, scales.data(), std::max(row_begin, m0) - m0, m1 - m0);
   }
@@ -355,8 +352,7 @@ void Gemv4Any(DType dtype, const void* A, const uint8_t* B, const float* absmax,
   } else if (kernel == Gemv4Kernel::kAvx512) {
     a32 = gemv4_x86::ArrangeF32(dtype, A, K);
   }
-  int block_shift = 0;
-  while ((int64_t{1} << block_shift) < blocksize) ++block_shift;  // blocksize is a power of two
+  const int block_shift = BlockShift(blocksize);
   std::vector<float> acc;
   if (kernel != Gemv4Kernel::kHighway) {
     rows = [&](const uint8_t* b, const float* scales, void* o, int64_t r0, int64_t r1) {
@@ -410,8 +406,7 @@ void Gemm4Small(DType dtype, const void* A, int64_t M, const uint8_t* B, const f
       a32.insert(a32.end(), one.begin(), one.end());
     }
   }
-  int block_shift = 0;
-  while ((int64_t{1} << block_shift) < blocksize) ++block_shift;  // blocksize is a power of two
+  const int block_shift = BlockShift(blocksize);
   std::vector<float> acc;
   // W's rows [r0, r1) of the band whose codes start at b and block scales at scales, W row m0 + n of the whole.
   const auto rows = [&](const uint8_t* b, const float* scales, int64_t m0, int64_t r0, int64_t r1) {

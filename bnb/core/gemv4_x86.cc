@@ -58,7 +58,7 @@ BNB_TARGET_AVX512 inline __m512 LaneScales(const float* absmax, int64_t f, int b
 // ~60% of a copy's bandwidth; 256-2048 bytes ahead measured alike (tools/bench/NOTES.md, '4-bit gemv on AVX-512').
 constexpr int64_t kPrefetchBytes = 512;
 
-// A row's sum over its chunks [c0, c1), for a Chunk functor that adds a chunk's unscaled code-times-A sums to two
+// A row's sum over its chunks, for a Chunk functor that adds a chunk's unscaled code-times-A sums to two
 // accumulators: Chunk(row bytes of the chunk, chunk index, p, q). Defined once per target attribute (a function
 // inlines only into one compiled for at least its instruction sets, and the bfloat16 chunk needs AVX512-BF16).
 #define BNB_ROW_STEP(c)                                                                                       \
@@ -69,21 +69,21 @@ constexpr int64_t kPrefetchBytes = 512;
 #define BNB_DEFINE_ROW_SUM(NAME, TARGET)                                                                              \
   template <class Chunk>                                                                                             \
   TARGET inline float NAME(const Chunk& chunk, const uint8_t* row_bytes, const float* absmax, int64_t row_first,    \
-                           int64_t c0, int64_t c1, int block_shift) {                                                \
+                           int64_t chunks, int block_shift) {                                                        \
     __m512 total = _mm512_setzero_ps();                                                                              \
     if (block_shift <= 6) {                                                                                          \
-      for (int64_t c = c0; c < c1; ++c) {                                                                            \
+      for (int64_t c = 0; c < chunks; ++c) {                                                                         \
         __m512 p = _mm512_setzero_ps(), q = _mm512_setzero_ps();                                                     \
         BNB_ROW_STEP(c)                                                                                              \
         const __m512 scales = LaneScales(absmax, row_first + c * kChunk, block_shift);                               \
         total = _mm512_fmadd_ps(_mm512_add_ps(p, q), scales, total);                                                 \
       }                                                                                                              \
     } else { /* a chunk lies in one block: blocks are multiples of 128 long, chunks start at multiples of 128 */     \
-      int64_t c = c0;                                                                                                \
-      while (c < c1) {                                                                                               \
+      int64_t c = 0;                                                                                                 \
+      while (c < chunks) {                                                                                           \
         const int64_t block = (row_first + c * kChunk) >> block_shift;                                               \
         const int64_t block_end = (((block + 1) << block_shift) - row_first) / kChunk; /* in chunks of the row */   \
-        const int64_t end = block_end < c1 ? block_end : c1;                                                         \
+        const int64_t end = block_end < chunks ? block_end : chunks;                                                 \
         __m512 p = _mm512_setzero_ps(), q = _mm512_setzero_ps();                                                     \
         for (; c < end; ++c) BNB_ROW_STEP(c)                                                                         \
         total = _mm512_fmadd_ps(_mm512_add_ps(p, q), _mm512_set1_ps(absmax[block]), total);                          \
@@ -96,14 +96,6 @@ BNB_DEFINE_ROW_SUM(RowSumAvx512, BNB_TARGET_AVX512)
 BNB_DEFINE_ROW_SUM(RowSumAvx512Bf16, BNB_TARGET_AVX512BF16)
 #undef BNB_DEFINE_ROW_SUM
 #undef BNB_ROW_STEP
-
-// Rows [row_begin, row_end) into acc, each row read whole. Cutting K into slices whose A stays in L1 (over bands
-// of 4-64 rows) measured 10-60% slower for K = 14336, where A does not fit L1: the weights' short strided runs cost
-// more than A from L2 (tools/bench/NOTES.md, '4-bit gemv on AVX-512').
-template <class SumRange>
-inline void SumRows(const SumRange& sum_range, int64_t K, float* acc, int64_t row_begin, int64_t row_end) {
-  for (int64_t m = row_begin; m < row_end; ++m) acc[m - row_begin] = sum_range(m, 0, K / kChunk);
-}
 
 struct ChunkF32 {
   __m512 table;
@@ -158,28 +150,6 @@ struct ChunkBf16 {
     return reinterpret_cast<__m512bh>(_mm512_loadu_si512(at));
   }
 };
-
-// Row m's sum over its chunks [c0, c1), for SumRows.
-template <class Chunk>
-struct RangeSum {
-  Chunk chunk;
-  const uint8_t* B;
-  const float* absmax;
-  int64_t K;
-  int block_shift;
-
-  float operator()(int64_t m, int64_t c0, int64_t c1) const;
-};
-
-template <>
-BNB_TARGET_AVX512 float RangeSum<ChunkF32>::operator()(int64_t m, int64_t c0, int64_t c1) const {
-  return RowSumAvx512(chunk, B + m * (K / 2), absmax, m * K, c0, c1, block_shift);
-}
-
-template <>
-BNB_TARGET_AVX512BF16 float RangeSum<ChunkBf16>::operator()(int64_t m, int64_t c0, int64_t c1) const {
-  return RowSumAvx512Bf16(chunk, B + m * (K / 2), absmax, m * K, c0, c1, block_shift);
-}
 
 // Rows m and m + 1 of the bfloat16 kernel in one pass, A loaded once for both, for rows whose A (laid out) is larger
 // than kPairAboveBytes, so that it comes from L2: 4096x14336 from memory, 2 threads, 2192 -> 1987 us. Rows of
@@ -449,10 +419,15 @@ std::vector<uint16_t> ArrangeBf16(const void* A, int64_t K) {
   return a;
 }
 
+// Rows are read whole: cutting K into slices whose A stays in L1 (over bands of 4-64 rows) measured 10-60% slower
+// for K = 14336, where A does not fit L1: the weights' short strided runs cost more than A from L2
+// (tools/bench/NOTES.md, '4-bit gemv on AVX-512').
 BNB_TARGET_AVX512 void RowsF32(const float* a, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
                                int block_shift, float* acc, int64_t row_begin, int64_t row_end) {
   const ChunkF32 chunk{_mm512_loadu_ps(code16), a};
-  SumRows(RangeSum<ChunkF32>{chunk, B, absmax, K, block_shift}, K, acc, row_begin, row_end);
+  for (int64_t m = row_begin; m < row_end; ++m) {
+    acc[m - row_begin] = RowSumAvx512(chunk, B + m * (K / 2), absmax, m * K, K / kChunk, block_shift);
+  }
 }
 
 BNB_TARGET_AVX512BF16 void RowsBf16(const uint16_t* a, const uint8_t* B, const float* absmax, const float* code16,
@@ -460,11 +435,15 @@ BNB_TARGET_AVX512BF16 void RowsBf16(const uint16_t* a, const uint8_t* B, const f
   uint16_t table[32];
   for (int i = 0; i < 32; ++i) table[i] = FloatToBF16(code16[i & 15]);
   const ChunkBf16 chunk{_mm512_loadu_si512(table), a};
+  const bool pairs = K * int64_t{sizeof(uint16_t)} > kPairAboveBytes &&
+                     (block_shift <= 6 || K % (int64_t{1} << block_shift) == 0);
   int64_t m = row_begin;
-  if (K * int64_t{sizeof(uint16_t)} > kPairAboveBytes && (block_shift <= 6 || K % (int64_t{1} << block_shift) == 0)) {
+  if (pairs) {
     for (; m + 1 < row_end; m += 2) RowPairBf16(chunk, B, absmax, K, block_shift, m, acc + (m - row_begin));
   }
-  SumRows(RangeSum<ChunkBf16>{chunk, B, absmax, K, block_shift}, K, acc + (m - row_begin), m, row_end);
+  for (; m < row_end; ++m) {
+    acc[m - row_begin] = RowSumAvx512Bf16(chunk, B + m * (K / 2), absmax, m * K, K / kChunk, block_shift);
+  }
 }
 
 }  // namespace bnb::core::gemv4_x86

@@ -351,8 +351,8 @@ def _parity_cases():
                                 (nested, q8, CODE, offset.view(1).int()), (nested, q8, CODE, torch.stack([offset] * 2)),
                                 (nested, q8, nan_code, offset), (nested, q8, CODE.double(), offset),
                                 (nested, q8.float(), CODE, offset), (nested, q8[:7], CODE, offset),
-                                (nested, q8, None, None), (absmaxB, None, CODE, None), (nested.double(), q8, CODE, offset),
-                                (absmaxB, q8, CODE, offset)):
+                                (nested, q8, None, None), (absmaxB, None, CODE, None),
+                                (nested.double(), q8, CODE, offset), (absmaxB, q8, CODE, offset)):
         cases.append(("gemv_4bit", (x, B, [8, 64], am, code4, 64, a8, acode, aoff)))
     cases.append(("gemv_4bit.out", (x, B, [8, 64], nested, code4, 64, q8, CODE, offset, {"out": torch.empty(1, 8)})))
 

@@ -12,6 +12,29 @@
 namespace bnb::ops::blockwise4 {
 namespace {
 
+// The nested statistics as bnb/core's kernels read them, on contiguous copies kept alive here. The codebook is held
+// to dequantize_blockwise's rule (every entry finite), with NestedScales' wording.
+struct CpuNested {
+  at::Tensor q, code, absmax;
+  core::NestedAbsmax view;
+
+  CpuNested(const char* op, const at::Tensor& scales, const Nested& nested)
+      : q(nested.absmax_8bit->contiguous()), code(nested.absmax_code->contiguous()), absmax(scales.contiguous()) {
+    const auto prepared = core::PrepareCodebookCached(code.data_ptr<float>(), code.numel());
+    TORCH_CHECK(prepared.ok(), "bnb::", op, ": dequantizing absmax_8bit by absmax_code: ",
+                prepared.status().message());
+    view = core::NestedAbsmax{q.data_ptr<uint8_t>(), code.data_ptr<float>(), absmax.data_ptr<float>(),
+                              nested.absmax_offset->to(at::kFloat).item<float>()};
+  }
+};
+
+// A product's output shape: A's, with its last dimension (K) replaced by N.
+std::vector<int64_t> ShapeWithLast(const at::Tensor& A, int64_t N) {
+  std::vector<int64_t> shape(A.sizes().begin(), A.sizes().end());
+  shape.back() = N;
+  return shape;
+}
+
 struct Cpu {
   static constexpr bool kIsMeta = false;
 
@@ -56,18 +79,11 @@ struct Cpu {
   static void GemvNested(const char* op, const at::Tensor& A, const at::Tensor& packed, int64_t N, int64_t K,
                          const at::Tensor& absmax, const Nested& nested, const at::Tensor& code, int64_t blocksize,
                          at::Tensor& out) {
-    const at::Tensor am = absmax.contiguous();
-    const at::Tensor q = nested.absmax_8bit->contiguous(), code8 = nested.absmax_code->contiguous();
-    // The codebook rule dequantize_blockwise applies (every entry finite), with NestedScales' wording.
-    const auto prepared = core::PrepareCodebookCached(code8.data_ptr<float>(), code8.numel());
-    TORCH_CHECK(prepared.ok(), "bnb::", op, ": dequantizing absmax_8bit by absmax_code: ",
-                prepared.status().message());
-    const core::NestedAbsmax scales{q.data_ptr<uint8_t>(), code8.data_ptr<float>(), am.data_ptr<float>(),
-                                    nested.absmax_offset->to(at::kFloat).item<float>()};
+    const CpuNested stats(op, absmax, nested);
     GemvRows(op, A, packed, N, K, code, out,
              [&](core::DType dtype, const void* ap, const uint8_t* bp, const float* cp, void* outp, int64_t r0,
                  int64_t r1, bool bf16_products) {
-               core::Gemv4Nested(dtype, ap, bp, scales, cp, N, K, blocksize, outp, r0, r1, bf16_products);
+               core::Gemv4Nested(dtype, ap, bp, stats.view, cp, N, K, blocksize, outp, r0, r1, bf16_products);
              });
   }
 
@@ -86,20 +102,9 @@ struct Cpu {
     }
     const at::Tensor a = A.contiguous(), am = absmax.contiguous();
     const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
-    std::vector<int64_t> shape(A.sizes().begin(), A.sizes().end());
-    shape.back() = N;
-    at::Tensor out = at::empty(shape, A.options());
-    at::Tensor q8, code8;
-    c10::optional<core::NestedAbsmax> stats;
-    if (nested.present()) {
-      q8 = nested.absmax_8bit->contiguous();
-      code8 = nested.absmax_code->contiguous();
-      const auto prepared = core::PrepareCodebookCached(code8.data_ptr<float>(), code8.numel());
-      TORCH_CHECK(prepared.ok(), "bnb::", op, ": dequantizing absmax_8bit by absmax_code: ",
-                  prepared.status().message());
-      stats = core::NestedAbsmax{q8.data_ptr<uint8_t>(), code8.data_ptr<float>(), am.data_ptr<float>(),
-                                 nested.absmax_offset->to(at::kFloat).item<float>()};
-    }
+    at::Tensor out = at::empty(ShapeWithLast(A, N), A.options());
+    c10::optional<CpuNested> stats;
+    if (nested.present()) stats.emplace(op, absmax, nested);
     const void* ap = a.data_ptr();
     const uint8_t* bp = packed.data_ptr<uint8_t>();
     const float* amp = am.data_ptr<float>();
@@ -108,8 +113,8 @@ struct Cpu {
     const float* code16 = core::Code4(q).data();
     const bool bf16_products = settings->gemv_bf16_products;
     ParallelOverBlocks(op, N, K * M, [&](int64_t n0, int64_t n1) {
-      core::Gemm4Small(dtype, ap, M, bp, amp, stats ? &*stats : nullptr, code16, N, K, blocksize, biasp, outp, n0,
-                       n1, bf16_products);
+      core::Gemm4Small(dtype, ap, M, bp, amp, stats ? &stats->view : nullptr, code16, N, K, blocksize, biasp, outp,
+                       n0, n1, bf16_products);
     });
     return out;
   }
@@ -142,9 +147,7 @@ struct Cpu {
       const at::Tensor part = bias.has_value() ? at::addmm(bias->narrow(0, n0, rows), a, w.t()) : at::mm(a, w.t());
       out.narrow(1, n0, rows).copy_(part);
     }
-    std::vector<int64_t> shape(A.sizes().begin(), A.sizes().end());
-    shape.back() = N;
-    return out.view(shape);
+    return out.view(ShapeWithLast(A, N));
   }
 
   // Runs rows(dtype, A, B, code, out, r0, r1, bf16_products) over torch's threads, split by rows.
