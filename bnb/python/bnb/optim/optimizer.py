@@ -99,6 +99,17 @@ class Optimizer8bit(torch.optim.Optimizer):
             return self._beta_names
         return tuple(f"betas[{i}]" for i in range(3 if optimizer_name == "ademamix" else 2))
 
+    def _check_common(self, owner: str, optimizer_name: str, known: tuple, kind: str, lr, eps, weight_decay) -> None:
+        """The checks both bases make first: a name of their kind, lr, eps and weight_decay >= 0. Sets
+        optimizer_name."""
+        if optimizer_name not in known:
+            checks.fail(owner, f"optimizer_name {optimizer_name!r} is not a {kind} optimizer; expected one of "
+                               f"{', '.join(known)}")
+        self.optimizer_name = optimizer_name
+        checks.at_least_zero(owner, "lr", lr)
+        checks.at_least_zero(owner, "eps", eps)
+        checks.at_least_zero(owner, "weight_decay", weight_decay)
+
     def _set_args(self, args, optim_bits, min_8bit_size, max_unorm, skip_zeros, percentile_clipping, block_wise):
         """self.args: the given `args` object (its missing attributes at their defaults) or these arguments."""
         own = dict(optim_bits=optim_bits, min_8bit_size=min_8bit_size, max_unorm=max_unorm, skip_zeros=skip_zeros,
@@ -368,13 +379,7 @@ class Optimizer2State(Optimizer8bit):
                  alpha=0.0, t_alpha: Optional[int] = None, t_beta3: Optional[int] = None, *,
                  percentile_clipping: int = 100, block_wise: bool = True):
         owner = type(self).__name__
-        if optimizer_name not in TWO_STATE:
-            checks.fail(owner, f"optimizer_name {optimizer_name!r} is not a two-state optimizer; expected one of "
-                               f"{', '.join(TWO_STATE)}")
-        self.optimizer_name = optimizer_name
-        checks.at_least_zero(owner, "lr", lr)
-        checks.at_least_zero(owner, "eps", eps)
-        checks.at_least_zero(owner, "weight_decay", weight_decay)
+        self._check_common(owner, optimizer_name, TWO_STATE, "two-state", lr, eps, weight_decay)
         checks.at_least_zero(owner, "alpha", alpha)
         checks.schedule(owner, "t_alpha", t_alpha)
         checks.schedule(owner, "t_beta3", t_beta3)
@@ -399,13 +404,7 @@ class Optimizer1State(Optimizer8bit):
                  optim_bits=32, args=None, min_8bit_size=4096, max_unorm=0.0, skip_zeros=False, is_paged=False, *,
                  percentile_clipping: int = 100, block_wise: bool = True):
         owner = type(self).__name__
-        if optimizer_name not in ONE_STATE:
-            checks.fail(owner, f"optimizer_name {optimizer_name!r} is not a one-state optimizer; expected one of "
-                               f"{', '.join(ONE_STATE)}")
-        self.optimizer_name = optimizer_name
-        checks.at_least_zero(owner, "lr", lr)
-        checks.at_least_zero(owner, "eps", eps)
-        checks.at_least_zero(owner, "weight_decay", weight_decay)
+        self._check_common(owner, optimizer_name, ONE_STATE, "one-state", lr, eps, weight_decay)
         betas = checks.parse_betas(owner, betas, self._beta_names_for(optimizer_name))
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         checks.optim_bits(owner, optim_bits)
