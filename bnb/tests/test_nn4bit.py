@@ -63,6 +63,32 @@ def test_forward_paths(quant_type, storage, compress):
         assert_same_bits(layer(xl), torch.nn.functional.linear(xl, W, layer.bias))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_one_token_bias_rounds_once(dtype):
+    """The 1-token path adds a bias of its own dtype in one op: the bits of the float32 sum rounded once, also
+    where the sum's rounding and a second rounding of the bias would differ."""
+    from bnb.autograd import _plus_bias
+    g = torch.Generator().manual_seed(0)
+    y = (torch.randn(4096, generator=g) * torch.logspace(-3, 3, 4096)).to(dtype)
+    bias = (torch.randn(4096, generator=g) * torch.logspace(3, -3, 4096)).to(dtype)
+    assert_same_bits(_plus_bias(y, bias), (y.float() + bias.float()).to(dtype))
+    assert _plus_bias(y, bias).dtype == dtype
+
+
+def test_one_token_code_table_is_the_ops_own():
+    """The 1-token path reads a code table kept per (quant_type, device); what get_4bit_type hands out is a fresh
+    tensor each time, so a user who writes into it changes no layer's output."""
+    dense, layer = make_linear(compute_dtype=torch.bfloat16)
+    layer = layer.to("cpu")
+    x = torch.randn(1, 128, dtype=torch.bfloat16)
+    with torch.no_grad():
+        before = layer(x)
+        F.get_4bit_type("nf4").mul_(0)
+        assert_same_bits(layer(x), before)
+    assert F._code4("nf4", x.device) is F._code4("nf4", x.device)
+    assert_same_bits(F._code4("fp4", x.device), F.get_4bit_type("fp4"))
+
+
 def test_compute_dtype_and_input_dtype():
     dense, layer = make_linear(compute_dtype=torch.bfloat16)
     layer = layer.to("cpu")

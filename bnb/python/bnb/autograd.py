@@ -48,6 +48,8 @@ def _plus_bias(y: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
     so compiled and eager results differed (by 0.0078 for one bfloat16 row)."""
     if bias is None:
         return y
+    if bias.dtype == y.dtype:  # torch adds float16 and bfloat16 in float32 and rounds once: the same bits, one op
+        return y + bias
     acc = torch.promote_types(y.dtype, torch.float32)
     return (y.to(acc) + bias.to(acc)).to(y.dtype)
 
@@ -72,7 +74,7 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
     elif A.numel() == A.shape[-1] and not (torch.is_grad_enabled() and A.requires_grad):
         # The quant_type's table, not state.code: gemm_4bit dequantizes by quant_type, and a row must not be
         # computed with other values than a batch (as bitsandbytes' matmul_4bit reads no code either).
-        y = F._gemv_4bit(A, B, quant_state, F.get_4bit_type(quant_state.quant_type, device=A.device))
+        y = F._gemv_4bit(A, B, quant_state, F._code4(quant_state.quant_type, A.device))
         result = _plus_bias(y, bias)
     else:  # differentiable in A and bias through the op's registered gradient
         # Nested statistics go to the op as they are (the CPU's small-batch kernel reads them in place).

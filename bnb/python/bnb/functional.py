@@ -193,6 +193,22 @@ def get_4bit_type(typename: str, device=None, blocksize: int = 64) -> torch.Tens
     raise NotImplementedError(f"Typename {typename} not supported (bnb has nf4, fp4, int4 and af4)")
 
 
+_CODE4: dict = {}
+
+
+def _code4(quant_type: str, device: torch.device) -> torch.Tensor:
+    """get_4bit_type(quant_type) on `device`, made once per pair for the ops to read: a table per call cost a
+    1-token Linear4bit a sixth of its time. Never handed out (users may write into what get_4bit_type returns);
+    under torch.compile a fresh one, a constant of the graph rather than a guarded global."""
+    if torch.compiler.is_compiling():
+        return get_4bit_type(quant_type, device=device)
+    key = (quant_type, device)
+    code = _CODE4.get(key)
+    if code is None:
+        code = _CODE4[key] = get_4bit_type(quant_type, device=device)
+    return code
+
+
 def _check_4bit(blocksize: int, quant_type: str, dtype: torch.dtype, what: str) -> None:
     if blocksize not in _BLOCKSIZES:
         raise ValueError(f"invalid blocksize {blocksize}: expected one of {_BLOCKSIZES}")
@@ -337,6 +353,15 @@ def _gemv_4bit(A: torch.Tensor, B: torch.Tensor, state: QuantState, code: torch.
     # absmax of the whole weight, made per call, cost more than the product of a small weight.
     absmax, nested = _scale_args(state)
     args = (A, B, list(state.shape), absmax, code, state.blocksize, *nested)
+    if isinstance(B, torch.nn.Parameter) and not torch.compiler.is_compiling():
+        # A Parameter's __torch_function__ (Params4bit's, which shards itself for FSDP, runs in Python) adds a fifth
+        # to a 1-token product of a small layer; for an op it only defers to the plain tensor's, so skip it.
+        with torch._C.DisableTorchFunctionSubclass():
+            return _gemv_4bit_call(args, out)
+    return _gemv_4bit_call(args, out)
+
+
+def _gemv_4bit_call(args: tuple, out: Optional[torch.Tensor]) -> torch.Tensor:
     if out is not None:
         torch.ops.bnb.gemv_4bit.out(*args, out=out)
         return out

@@ -340,10 +340,11 @@ class Linear4bit(_Quantized4bitModule, nn.Linear):
             self.set_compute_type(x)
             self.compute_type_is_set = True
         in_dtype = x.dtype
-        if self.compute_dtype is not None:
+        if self.compute_dtype is not None and self.compute_dtype != in_dtype:
             x = x.to(self.compute_dtype)
         # The bias as it is: matmul_4bit adds it with one rounding, alike in eager and compiled code.
-        return matmul_4bit(x, self.weight, quant_state=state, bias=self.bias).to(in_dtype)
+        y = matmul_4bit(x, self.weight, quant_state=state, bias=self.bias)
+        return y if y.dtype == in_dtype else y.to(in_dtype)
 
 
 class LinearFP4(Linear4bit):
