@@ -2,6 +2,8 @@
 F.linear with float32 and bfloat16 weights, all measured in one run.
 
 Throughput counts bytes read plus bytes written. gemv times are per call for one token (1 x K input).
+The latency table times every call of the allocating dequantize_4bit (a new output each call, as users call it),
+first call included, with the cpu.huge_pages knob on and off: first, p50, p99 and worst, not only the best.
 Run: tools/bench/run_cpu.sh, or .venv/bin/python tools/bench/cpu_blockwise4.py.
 """
 
@@ -10,8 +12,9 @@ import argparse
 import torch
 
 from bnb import functional as F
-from timing import (best_seconds, copy_case, dtype_name, machine_line, print_bandwidth_header, print_bandwidth_table,
-                    thread_scaling_line)
+import bnb
+from timing import (best_seconds, call_seconds, copy_case, dtype_name, machine_line, percentile,
+                    print_bandwidth_header, print_bandwidth_table, thread_scaling_line)
 
 WIDTH = 40
 
@@ -21,6 +24,7 @@ def main(argv=None):
     ap.add_argument("--elements", type=int, default=64 * 1024 * 1024)
     ap.add_argument("--repeat", type=int, default=5, help="rounds of timed calls (see timing.round_seconds)")
     ap.add_argument("--gemv", default="4096x4096,11008x4096", help="weight shapes NxK of the gemv table")
+    ap.add_argument("--calls", type=int, default=40, help="timed calls per row of the latency table")
     args = ap.parse_args(argv)
     n = args.elements
     print(f"{machine_line()}, NF4 blocksize 64")
@@ -41,6 +45,9 @@ def main(argv=None):
     print(thread_scaling_line(), "(again, after the tables)")
 
     print()
+    latency_table(n, args.calls)
+
+    print()
     head = f"{'gemv, one token':<28}{'gemv_4bit us':>14}{'F.linear fp32 us':>18}{'F.linear bf16 us':>18}"
     print(head)
     print("-" * len(head))
@@ -58,6 +65,31 @@ def main(argv=None):
             t_16 = best_seconds(lambda: torch.nn.functional.linear(a16, w16), args.repeat * 4)
             name = f"{N}x{K} {dtype_name(dtype)} A"
             print(f"{name:<28}{t_g * 1e6:>14.0f}{t_32 * 1e6:>18.0f}{t_16 * 1e6:>18.0f}")
+
+
+def latency_table(n: int, calls: int) -> None:
+    """Allocating dequantize_4bit, every call timed, with huge pages advised for the output and without. The
+    cases alternate a call at a time, so a slow stretch of the machine falls on both alike."""
+    head = (f"{'dequantize_4bit, new output, ' + str(calls) + ' calls':<40}{'first ms':>10}{'p50 ms':>10}"
+            f"{'p99 ms':>10}{'worst ms':>10}")
+    print(head)
+    print("-" * len(head))
+    saved = bnb.config.get("cpu.huge_pages")
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            packed, absmax = torch.ops.bnb.quantize_4bit(torch.randn(n).to(dtype), 64, "nf4", torch.uint8)
+            times = {True: [], False: []}
+            for _ in range(calls):
+                for huge in (True, False):
+                    bnb.config.set("cpu.huge_pages", huge)
+                    times[huge] += call_seconds(
+                        lambda: torch.ops.bnb.dequantize_4bit(packed, absmax, 64, "nf4", [n], dtype), 1)
+            for huge in (True, False):
+                t = [s * 1e3 for s in times[huge]]
+                name = f"{dtype_name(dtype)}, huge_pages={str(huge).lower()}"
+                print(f"{name:<40}{t[0]:>10.3f}{percentile(t, 0.5):>10.3f}{percentile(t, 0.99):>10.3f}{max(t):>10.3f}")
+    finally:
+        bnb.config.set("cpu.huge_pages", saved)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,23 @@ def best_seconds(fn, repeat: int) -> float:
     return best
 
 
+def call_seconds(fn, calls: int) -> list:
+    """Each of `calls` timed calls of fn, the first included (no warm-up): a latency distribution, first call and
+    tail as a user meets them, where best_seconds keeps only the fastest."""
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def percentile(times, q: float) -> float:
+    """The q-quantile (0..1) of times, nearest rank."""
+    ordered = sorted(times)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
 def machine_line() -> str:
     return (f"bnb {bnb.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
             f"ISA {bnb._C.cpu_isa()}")
