@@ -3,9 +3,11 @@
 // blocks whose absmax is 0, inf or NaN, and vector tails, take the scalar code path directly.
 //
 // No gathers (slow on many x86 cores): the 15 midpoints and the 16 code values live in registers and are looked up
-// per lane with in-register permutes (Highway's TableLookupLanes / TableLookupBytes).
+// per lane with in-register permutes (Highway's TableLookupLanes / TableLookupBytes; AVX-512's two-register
+// permutes for the quantize's bucket tables, Bucket4).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "bnb/core/blockwise4.h"
@@ -48,6 +50,7 @@ using DPacked = hn::Rebind<uint8_t, D16>;
 // 4g, 4g + 1 and 4g + 2 below it. Six independent compares, which overlap, where a binary search chains four
 // dependent ones (figures: tools/bench/NOTES.md, '4-bit quantize: position search').
 struct Search4 {
+  static constexpr bool kBeatsTables = false;
   VF m3, m7, m11;
   RegTable<4> first, second, third;  // by group g: midpoints 4g, 4g + 1, 4g + 2
 
@@ -80,6 +83,91 @@ struct Search4 {
   }
 };
 
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// SortedPosition4 on AVX-512 by buckets of the scaled value: bucket k of a sign holds magnitudes [k/16, (k+1)/16)
+// (the last one [15/16, 1]), so its index is floor(|v| * 16) (exact: a power-of-two scale) and the sign. The 32
+// buckets' tables live in register pairs (vpermi2d / vpermi2ps): `base`, the midpoints below every value of the
+// bucket, and up to two midpoints inside it, `t1` <= `t2` (+inf for none). The position is base plus the
+// thresholds below v: one permute and compare per threshold, where Search4 makes six compares and three lookups.
+// Applies where no bucket holds more than two midpoints: NF4's are 0.08 or more apart, FP4's three about 0 fall
+// into two buckets. Takes v in [-1, 1] only: the vector path runs for blocks of finite absmax, so no NaN (a NaN
+// element makes the absmax NaN).
+//
+// The 32 buckets' plan (16 per sign; negative ones at 16 + k): base, t1, t2, and whether a bucket holds two
+// midpoints; false where one holds more.
+struct Bucket4Plan {
+  static constexpr int kBuckets = 32;
+  HWY_ALIGN int32_t base[kBuckets];
+  HWY_ALIGN float t1[kBuckets], t2[kBuckets];
+  bool two = false;
+
+  bool Make(const Codebook4& cb) {
+    const float inf = std::numeric_limits<float>::infinity();
+    for (int b = 0; b < kBuckets; ++b) {
+      const bool negative = b >= 16;
+      const int k = b % 16;
+      // Positive: values [lo, hi) (k = 15: [15/16, 1]). Negative: (-hi, -lo] (k = 15: [-1, -15/16]).
+      const float lo = static_cast<float>(k) / 16.0f, hi = static_cast<float>(k + 1) / 16.0f;
+      int below = 0, inside = 0;
+      float t[kCodebook4Size] = {};
+      for (const float m : cb.midpoints) {
+        const bool is_below = negative ? (k == 15 ? m < -1.0f : m <= -hi) : m < lo;
+        const bool is_inside = negative ? (k == 15 ? m >= -1.0f && m <= -lo : m > -hi && m <= -lo)
+                                        : (k == 15 ? m >= lo && m <= 1.0f : m >= lo && m < hi);
+        below += is_below;
+        if (is_inside) t[inside++] = m;
+      }
+      if (inside > 2) return false;
+      two |= inside == 2;
+      base[b] = below;
+      t1[b] = inside > 0 ? t[0] : inf;
+      t2[b] = inside > 1 ? t[1] : inf;
+    }
+    return true;
+  }
+};
+
+template <bool kTwo>  // some bucket holds two midpoints
+struct Bucket4 {
+  static constexpr bool kBeatsTables = true;
+  __m512i base_lo, base_hi;
+  __m512 t1_lo, t1_hi, t2_lo, t2_hi;
+
+  explicit Bucket4(const Bucket4Plan& plan)
+      : base_lo(_mm512_load_si512(plan.base)),
+        base_hi(_mm512_load_si512(plan.base + 16)),
+        t1_lo(_mm512_load_ps(plan.t1)),
+        t1_hi(_mm512_load_ps(plan.t1 + 16)),
+        t2_lo(_mm512_load_ps(plan.t2)),
+        t2_hi(_mm512_load_ps(plan.t2 + 16)) {}
+
+  HWY_INLINE VI Position(VF vf) const {
+    const __m512 v = vf.raw;
+    const __m512i bits = _mm512_castps_si512(v);
+    // floor(|v| * 16), at most 15 (v = +-1 lies in bucket 15).
+    const __m512i k = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(_mm512_abs_ps(v), _mm512_set1_ps(16.0f))),
+                                       _mm512_set1_epi32(15));
+    const __m512i idx = _mm512_or_si512(k, _mm512_and_si512(_mm512_srli_epi32(bits, 27), _mm512_set1_epi32(16)));
+    __m512i pos = _mm512_permutex2var_epi32(base_lo, idx, base_hi);
+    const __m512i one = _mm512_set1_epi32(1);
+    const __mmask16 above1 = _mm512_cmp_ps_mask(v, _mm512_permutex2var_ps(t1_lo, idx, t1_hi), _CMP_GT_OQ);
+    pos = _mm512_mask_add_epi32(pos, above1, pos, one);
+    if constexpr (kTwo) {
+      const __mmask16 above2 = _mm512_cmp_ps_mask(v, _mm512_permutex2var_ps(t2_lo, idx, t2_hi), _CMP_GT_OQ);
+      pos = _mm512_mask_add_epi32(pos, above2, pos, one);
+    }
+    return VI{pos};
+  }
+};
+
+// Positions (0..15) as bytes: one vpmovdb, where DemoteTo packs twice and permutes.
+HWY_INLINE void StorePositions(VI p, uint8_t* out) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(p.raw));
+}
+#else
+HWY_INLINE void StorePositions(VI p, uint8_t* out) { hn::StoreU(hn::DemoteTo(DU8(), p), DU8(), out); }
+#endif
+
 HWY_ALIGN constexpr uint8_t kIdentity4[kCodebook4Size] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
 // Sorted positions p[0, len) as codes (through the 16 bytes at to_code, or as they are when it is null) packed two
@@ -104,12 +192,12 @@ HWY_INLINE void PackCodes4(const uint8_t* p, int64_t len, const uint8_t* to_code
   if (j < len) dst[j / 2] = static_cast<uint8_t>(code_of[p[j]] << 4);
 }
 
-template <DType kT>
-void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packed, float* absmax) {
+// Blocks [r.block_begin, r.block_end) with the positions found by `search` (Search4 or Bucket4).
+template <DType kT, class Finder>
+void QuantizeWith(const void* x, const Codebook4& cb, const Finder& search, const Blockwise4Range& r,
+                  uint8_t* packed, float* absmax) {
   const DF df;
   const int64_t N = static_cast<int64_t>(kN);
-  const Codebook4& cb = GetCodebook4(q);
-  const Search4 search(cb);
   bool identity = true;  // NF4: sorted position == code
   for (int k = 0; k < kCodebook4Size; ++k) identity &= cb.sorted_to_code[k] == k;
   HWY_ALIGN uint8_t to_code[16];
@@ -124,7 +212,8 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
   // Where the search is quick (eight lanes and up), blocks below 128 elements are coded faster by it than by table:
   // each block looks up a different one of the 128 tables (230 KB in all), so its loads miss L1. With fewer lanes
   // the tables win at every blocksize (figures: tools/bench/NOTES.md, '4-bit quantize: tables or search').
-  const bool use_tables = kN < 8 || r.blocksize >= 128;
+  // Bucket4 beats the tables at every blocksize (tools/bench/NOTES.md, '4-bit quantize: buckets on AVX-512').
+  const bool use_tables = !Finder::kBeatsTables && (kN < 8 || r.blocksize >= 128);
   int64_t run_lo = r.block_begin * r.blocksize, run_len = 0;
   const auto pack_run = [&] {
     tables.Finish();
@@ -162,13 +251,25 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
       // The next block's absmax pass then reads from cache while this loop computes.
       for (; i < vec_end; i += N) {
         if (prefetch && (i & 15) == 0) PrefetchElements<kT>(x, i + r.blocksize, 16);
-        const VI p = search.Position(hn::Div(LoadF32<kT>(x, i), vscale));
-        hn::StoreU(hn::DemoteTo(DU8(), p), DU8(), c + (i - lo));
+        StorePositions(search.Position(hn::Div(LoadF32<kT>(x, i), vscale)), c + (i - lo));
       }
     }
     for (; i < hi; ++i) c[i - lo] = static_cast<uint8_t>(SortedPosition4(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax)));
   }
   pack_run();
+}
+
+template <DType kT>
+void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packed, float* absmax) {
+  const Codebook4& cb = GetCodebook4(q);
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  Bucket4Plan plan;
+  if (plan.Make(cb)) {
+    if (plan.two) return QuantizeWith<kT>(x, cb, Bucket4<true>(plan), r, packed, absmax);
+    return QuantizeWith<kT>(x, cb, Bucket4<false>(plan), r, packed, absmax);
+  }
+#endif
+  QuantizeWith<kT>(x, cb, Search4(cb), r, packed, absmax);
 }
 
 // Elements [lo, hi) in chunks of 32 (16 packed bytes); returns where the chunks end. A block has only 16 distinct

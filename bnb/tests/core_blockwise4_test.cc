@@ -2,6 +2,7 @@
 // equal to the scalar definition exactly.
 #include "bnb/core/blockwise4.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -204,7 +205,8 @@ TEST(Blockwise4, SpecialValues) {
 }
 
 // Random normal data; with `specials`, a zero block, NaN, +-inf and subnormals; every 5th block instead holds 1
-// and values at, just above and just below the midpoints (ties and near-ties for both codebooks).
+// and values at, just above and just below the midpoints (ties and near-ties for both codebooks) and the AVX-512
+// search's bucket edges.
 std::vector<float> TestData(int64_t n, int64_t bs, uint32_t seed, bool specials) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -216,6 +218,13 @@ std::vector<float> TestData(int64_t n, int64_t bs, uint32_t seed, bool specials)
       for (float e : {m, std::nextafter(m, 2.0f), std::nextafter(m, -2.0f)}) edges.push_back(e);
     }
     for (float c : Code4(q)) edges.push_back(c);
+  }
+  // The bucket edges of the AVX-512 position search (Bucket4 in blockwise4_hwy.cc): +-k/16 and their neighbours.
+  for (int k = 0; k <= 16; ++k) {
+    for (float s : {1.0f, -1.0f}) {
+      const float e = s * static_cast<float>(k) / 16.0f;
+      for (float f : {e, std::nextafter(e, 2.0f), std::nextafter(e, -2.0f)}) edges.push_back(std::clamp(f, -1.0f, 1.0f));
+    }
   }
   std::uniform_int_distribution<size_t> pick(0, edges.size() - 1);
   for (int64_t b = 0; b * bs < n; b += 5) {
