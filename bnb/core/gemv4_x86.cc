@@ -303,9 +303,22 @@ BNB_TARGET_AVX512 float Sum16(const float* v) { return _mm512_reduce_add_ps(_mm5
 
 // The small-batch passes' loops: W's rows in bands of kSmallBand, K in slices whose A rows (a_bytes an element)
 // stay in L1, each (W row, A row) pair's 16 lane totals kept between slices; then one lane sum per output.
+// The rows' own prefetches run kPrefetchBytes ahead within a row, which a band reads a slice at a time: a band's
+// first slices would find nothing fetched. So each band's last slice prefetches the first bytes of the rows read
+// next, [p0, p1) (B: the packed codes, K / 2 bytes a row).
+BNB_TARGET_AVX512 inline void PrefetchRowStarts(const uint8_t* B, int64_t K, int64_t p0, int64_t p1) {
+  const int64_t bytes = std::min(kPrefetchBytes, K / 2);
+  for (int64_t n = p0; n < p1; ++n) {
+    for (int64_t off = 0; off < bytes; off += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(B + n * (K / 2) + off), _MM_HINT_T0);
+    }
+  }
+}
+
+// Rows [n0, n1) of W; after them come rows [p0, p1) (another pass over a band, or the next band).
 template <int M, class Slice>
 void SmallRows(const Slice& add_slice, int64_t K, int64_t a_bytes, float* acc, int64_t ldacc, int64_t n0,
-               int64_t n1) {
+               int64_t n1, int64_t p0, int64_t p1) {
   const int64_t chunks = K / kChunk;
   const int64_t slice = std::max<int64_t>(1, kSmallSliceBytes / (M * kChunk * a_bytes));
   alignas(64) float partial[kSmallBand * M * 16];
@@ -313,6 +326,13 @@ void SmallRows(const Slice& add_slice, int64_t K, int64_t a_bytes, float* acc, i
     const int64_t band_end = std::min(n1, band + kSmallBand);
     std::fill(partial, partial + (band_end - band) * M * 16, 0.0f);
     for (int64_t c0 = 0; c0 < chunks; c0 += slice) {
+      if (c0 + slice >= chunks) {
+        if (band_end < n1) {
+          PrefetchRowStarts(add_slice.B, K, band_end, std::min(n1, band_end + kSmallBand));
+        } else {
+          PrefetchRowStarts(add_slice.B, K, p0, p1);
+        }
+      }
       for (int64_t n = band; n < band_end; ++n) {
         add_slice(n, c0, std::min(chunks, c0 + slice), partial + (n - band) * M * 16);
       }
@@ -342,14 +362,29 @@ void InPasses(int64_t M, const Run& run) {
 }
 static_assert(kSmallRows == 8, "InPasses instantiates 1 .. 8 rows");
 
+// W's rows [n0, n1) in bands of kSmallBand, each band through every pass of A's rows before the next: the band's
+// codes (16 rows of K / 2 bytes) then come from L2 for the passes after the first, where passes over all of W
+// read it from memory once per pass (batch 16 in bfloat16 read it twice). run(rows, r0, b0, b1).
+template <class Run>
+void InBands(int64_t M, int64_t n0, int64_t n1, const Run& run) {
+  for (int64_t b0 = n0; b0 < n1; b0 += kSmallBand) {
+    const int64_t b1 = std::min(n1, b0 + kSmallBand);
+    InPasses(M, [&](auto rows, int64_t r0) {
+      const bool last_pass = r0 + decltype(rows)::value >= M;
+      // The rows read next: this band again, or the next band.
+      run(rows, r0, b0, b1, last_pass ? b1 : b0, last_pass ? std::min(n1, b1 + kSmallBand) : b1);
+    });
+  }
+}
+
 }  // namespace
 
 void SmallF32(const float* a, int64_t M, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
               int block_shift, float* acc, int64_t ldacc, int64_t n0, int64_t n1) {
-  InPasses(M, [&](auto rows, int64_t r0) {
+  InBands(M, n0, n1, [&](auto rows, int64_t r0, int64_t b0, int64_t b1, int64_t p0, int64_t p1) {
     constexpr int M = decltype(rows)::value;
-    SmallRows<M>(SliceF32<M>{a + r0 * K, K, code16, B, absmax, block_shift}, K, sizeof(float), acc + r0 * ldacc,
-                 ldacc, n0, n1);
+    SmallRows<M>(SliceF32<M>{a + r0 * K, K, code16, B, absmax, block_shift}, K, sizeof(float),
+                 acc + r0 * ldacc + (b0 - n0), ldacc, b0, b1, p0, p1);
   });
 }
 
@@ -357,10 +392,10 @@ void SmallBf16(const uint16_t* a, int64_t M, const uint8_t* B, const float* absm
                int block_shift, float* acc, int64_t ldacc, int64_t n0, int64_t n1) {
   uint16_t table[32];
   for (int i = 0; i < 32; ++i) table[i] = FloatToBF16(code16[i & 15]);
-  InPasses(M, [&](auto rows, int64_t r0) {
+  InBands(M, n0, n1, [&](auto rows, int64_t r0, int64_t b0, int64_t b1, int64_t p0, int64_t p1) {
     constexpr int M = decltype(rows)::value;
-    SmallRows<M>(SliceBf16<M>{a + r0 * K, K, table, B, absmax, block_shift}, K, sizeof(uint16_t), acc + r0 * ldacc,
-                 ldacc, n0, n1);
+    SmallRows<M>(SliceBf16<M>{a + r0 * K, K, table, B, absmax, block_shift}, K, sizeof(uint16_t),
+                 acc + r0 * ldacc + (b0 - n0), ldacc, b0, b1, p0, p1);
   });
 }
 
