@@ -26,6 +26,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -55,8 +56,10 @@ BNB_TARGET_AVX512 inline __m512 LaneScales(const float* absmax, int64_t f, int b
 }
 
 // How far ahead of the chunk it reads a row prefetches its bytes. Hardware prefetch alone left a DRAM-bound gemv at
-// ~60% of a copy's bandwidth; 256-2048 bytes ahead measured alike (tools/bench/NOTES.md, '4-bit gemv on AVX-512').
-constexpr int64_t kPrefetchBytes = 512;
+// ~60% of a copy's bandwidth; for one token 256-2048 bytes ahead measured alike, for small batches, which read a
+// row a slice at a time, 2048 beat 512 by 6-11% (tools/bench/NOTES.md, '4-bit gemv on AVX-512' and 'Small batches:
+// dequantized bfloat16 tables').
+constexpr int64_t kPrefetchBytes = 2048;
 
 // A row's sum over its chunks, for a Chunk functor that adds a chunk's unscaled code-times-A sums to two
 // accumulators: Chunk(row bytes of the chunk, chunk index, p, q). Defined once per target attribute (a function
@@ -199,8 +202,9 @@ BNB_TARGET_AVX512BF16 void RowPairBf16(const ChunkBf16& chunk, const uint8_t* B,
 // looked up once for all of them. The M rows of A outgrow L1 (8 rows of K = 4096 in bfloat16: 64 KB), so K is
 // taken in slices of kSmallSliceBytes of them over a band of kSmallBand rows of W, each (W row, A row) pair's 16
 // lane totals kept between slices: without it every chunk read its A from L2 (bfloat16, batch 16, 4096x4096:
-// 3.3 ms against 2.2 for F.linear); 8 KB slices measured faster than 16 KB at 8 rows (tools/bench/NOTES.md). A
-// block's sum is scaled at the block's end or the slice's, whichever comes first.
+// 3.3 ms against 2.2 for F.linear); 8 KB slices measured faster than 16 KB at 8 rows (tools/bench/NOTES.md). In
+// SmallF32 a block's sum is scaled at the block's end or the slice's, whichever comes first; SmallBf16 multiplies
+// values already scaled (ScaledCodes).
 constexpr int64_t kSmallSliceBytes = 8 << 10;
 constexpr int64_t kSmallBand = 16;
 
@@ -223,6 +227,7 @@ BNB_TARGET_AVX512 inline void ScaleInto(__m512 (&p)[M], __m512 (&t)[M], const fl
 // Chunks [c0, c1) of W's row n against M rows of A (laid out, K apart), added to the rows' 16-lane totals at saved.
 template <int M>
 struct SliceF32 {
+  static constexpr int kRows = 1;
   const float* a;
   int64_t K;
   const float* code16;
@@ -230,7 +235,7 @@ struct SliceF32 {
   const float* absmax;
   int block_shift;
 
-  BNB_TARGET_AVX512 void operator()(int64_t n, int64_t c0, int64_t c1, float* saved) const {
+  BNB_TARGET_AVX512 void operator()(int64_t n, int /*rows: 1*/, int64_t c0, int64_t c1, float* saved) const {
     const __m512 table = _mm512_loadu_ps(code16);
     const uint8_t* row = B + n * (K / 2);
     __m512 t[M], p[M];
@@ -261,41 +266,113 @@ struct SliceF32 {
   }
 };
 
+// The bfloat16 small-batch kernel multiplies the dequantized weight rounded to bfloat16, round_bf16(code * absmax)
+// (what dequantize_4bit writes in bfloat16, so the error of dequantize + F.linear), so its sums need no per-block
+// scaling: a chunk's lookup table holds those values for each block the chunk spans, entry 16 * g + c for code c of
+// the chunk's g-th block. Word lane k of a lookup covers the chunk's elements 4k .. 4k + 3, so blocks of 64 are
+// lanes 0-15 and 16-31 (two tables of 16 in one register), blocks of 32 four groups of 8 (two registers,
+// vpermi2w), and blocks of 128 or more one table (repeated: the index's bit 4 is then another code's bit).
+BNB_TARGET_AVX512BF16 inline __m256i Bf16Values(__m512 code, float scale) {
+  return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_mul_ps(code, _mm512_set1_ps(scale))));
+}
+
+BNB_TARGET_AVX512BF16 inline __m512i TwoTables(__m256i lo, __m256i hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// A row's chunk codes as dequantized bfloat16 values: code[s] = lookup of the nibbles at shift 4 * s, for kG blocks
+// per chunk (1: blocks of 128 or more; 2: 64; 4: 32) from block b on.
+template <int kG>
+__attribute__((always_inline)) BNB_TARGET_AVX512BF16 inline void ScaledCodes(__m512i x, __m512 code16,
+                                                                             const float* absmax, int64_t b,
+                                                                             __m512bh (&code)[4]) {
+  const __m512i nibble = _mm512_set1_epi16(0x0F);
+  if constexpr (kG == 1) {
+    const __m256i v = Bf16Values(code16, absmax[b]);
+    const __m512i table = TwoTables(v, v);
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      code[s] = reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(_mm512_srli_epi16(x, 4 * s), table));
+    }
+  } else if constexpr (kG == 2) {
+    const __m512i table = TwoTables(Bf16Values(code16, absmax[b]), Bf16Values(code16, absmax[b + 1]));
+    const __m512i group = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(0x10), 1);
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {  // (x >> 4s) & 0x0F | group: ternary logic 0xEA is (a & b) | c
+      const __m512i idx = _mm512_ternarylogic_epi32(_mm512_srli_epi16(x, 4 * s), nibble, group, 0xEA);
+      code[s] = reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(idx, table));
+    }
+  } else {
+    const __m512i lo = TwoTables(Bf16Values(code16, absmax[b]), Bf16Values(code16, absmax[b + 1]));
+    const __m512i hi = TwoTables(Bf16Values(code16, absmax[b + 2]), Bf16Values(code16, absmax[b + 3]));
+    const __m512i group = _mm512_set_epi64(0x0030003000300030, 0x0030003000300030, 0x0020002000200020,
+                                           0x0020002000200020, 0x0010001000100010, 0x0010001000100010, 0, 0);
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      const __m512i idx = _mm512_ternarylogic_epi32(_mm512_srli_epi16(x, 4 * s), nibble, group, 0xEA);
+      code[s] = reinterpret_cast<__m512bh>(_mm512_permutex2var_epi16(lo, idx, hi));
+    }
+  }
+}
+
+// Chunks [c0, c1) of W's rows n .. n + rows - 1 (rows: 1 or 2, one load of A for both) against M rows of A (laid
+// out, K apart), added to each (W row, A row) pair's 16-lane sums at saved (W row w's at saved + w * M * 16).
 template <int M>
 struct SliceBf16 {
+  static constexpr int kRows = 2;
   const uint16_t* a;
   int64_t K;
-  const uint16_t* table32;  // the 16 code values as bfloat16, twice
+  const float* code16;
   const uint8_t* B;
   const float* absmax;
   int block_shift;
 
-  BNB_TARGET_AVX512BF16 void operator()(int64_t n, int64_t c0, int64_t c1, float* saved) const {
-    const __m512i table = _mm512_loadu_si512(table32);
-    const uint8_t* row = B + n * (K / 2);
-    __m512 t[M], p[M];
+  BNB_TARGET_AVX512BF16 void operator()(int64_t n, int rows, int64_t c0, int64_t c1, float* saved) const {
+    const int g = block_shift >= 7 ? 1 : block_shift == 6 ? 2 : 4;
+    if (rows == 2) {
+      if (g == 1) return Run<2, 1>(n, c0, c1, saved);
+      if (g == 2) return Run<2, 2>(n, c0, c1, saved);
+      return Run<2, 4>(n, c0, c1, saved);
+    }
+    if (g == 1) return Run<1, 1>(n, c0, c1, saved);
+    if (g == 2) return Run<1, 2>(n, c0, c1, saved);
+    return Run<1, 4>(n, c0, c1, saved);
+  }
+
+  template <int R, int kG>
+  BNB_TARGET_AVX512BF16 void Run(int64_t n, int64_t c0, int64_t c1, float* saved) const {
+    const __m512 code16v = _mm512_loadu_ps(code16);
+    __m512 p[R][M];
+#pragma GCC unroll 2
+    for (int w = 0; w < R; ++w) {
 #pragma GCC unroll 8
-    for (int r = 0; r < M; ++r) t[r] = _mm512_load_ps(saved + 16 * r), p[r] = _mm512_setzero_ps();
+      for (int r = 0; r < M; ++r) p[w][r] = _mm512_load_ps(saved + (w * M + r) * 16);
+    }
     for (int64_t c = c0; c < c1; ++c) {
-      _mm_prefetch(reinterpret_cast<const char*>(row + c * (kChunk / 2) + kPrefetchBytes), _MM_HINT_T0);
-      const __m512i x = _mm512_loadu_si512(row + c * (kChunk / 2));
-      __m512bh code[4];
-#pragma GCC unroll 4
-      for (int s = 0; s < 4; ++s) {
-        code[s] = reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(_mm512_srli_epi16(x, 4 * s), table));
+      __m512bh code[R][4];
+#pragma GCC unroll 2
+      for (int w = 0; w < R; ++w) {
+        const uint8_t* bytes = B + (n + w) * (K / 2) + c * (kChunk / 2);
+        _mm_prefetch(reinterpret_cast<const char*>(bytes + kPrefetchBytes), _MM_HINT_T0);
+        ScaledCodes<kG>(_mm512_loadu_si512(bytes), code16v, absmax, ((n + w) * K + c * kChunk) >> block_shift,
+                        code[w]);
       }
 #pragma GCC unroll 8
       for (int r = 0; r < M; ++r) {
-        const uint16_t* ac = a + r * K + c * kChunk;
+        const uint16_t* ac = a + (c * M + r) * kChunk;
 #pragma GCC unroll 4
         for (int s = 0; s < 4; ++s) {
-          p[r] = _mm512_dpbf16_ps(p[r], code[s], reinterpret_cast<__m512bh>(_mm512_loadu_si512(ac + 32 * s)));
+          const __m512bh act = reinterpret_cast<__m512bh>(_mm512_loadu_si512(ac + 32 * s));
+#pragma GCC unroll 2
+          for (int w = 0; w < R; ++w) p[w][r] = _mm512_dpbf16_ps(p[w][r], code[w][s], act);
         }
       }
-      ScaleInto<M>(p, t, absmax, n * K + c * kChunk, c, c1, block_shift);
     }
+#pragma GCC unroll 2
+    for (int w = 0; w < R; ++w) {
 #pragma GCC unroll 8
-    for (int r = 0; r < M; ++r) _mm512_store_ps(saved + 16 * r, t[r]);
+      for (int r = 0; r < M; ++r) _mm512_store_ps(saved + (w * M + r) * 16, p[w][r]);
+    }
   }
 };
 
@@ -333,8 +410,9 @@ void SmallRows(const Slice& add_slice, int64_t K, int64_t a_bytes, float* acc, i
           PrefetchRowStarts(add_slice.B, K, p0, p1);
         }
       }
-      for (int64_t n = band; n < band_end; ++n) {
-        add_slice(n, c0, std::min(chunks, c0 + slice), partial + (n - band) * M * 16);
+      for (int64_t n = band; n < band_end; n += Slice::kRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(Slice::kRows, band_end - n));
+        add_slice(n, rows, c0, std::min(chunks, c0 + slice), partial + (n - band) * M * 16);
       }
     }
     for (int64_t n = band; n < band_end; ++n) {
@@ -379,6 +457,26 @@ void InBands(int64_t M, int64_t n0, int64_t n1, const Run& run) {
 
 }  // namespace
 
+// A's rows (K apart) regrouped for the passes: the `rows` rows of the pass from row r0 interleaved by chunk, element
+// (r, k) at r0 * K + (k / kChunk * rows + r - r0) * kChunk + k % kChunk, so a chunk's rows are one contiguous run.
+// K apart (8 KB at K = 4096 in bfloat16) they fall into the same L1 sets: eight loads a chunk from rows 4 KB apart
+// ran at a third of the speed of loads from one run (tools/bench/NOTES.md, 'Small batches: dequantized bfloat16
+// tables').
+template <class T>
+const T* InterleaveForPasses(const T* a, int64_t M, int64_t K) {
+  thread_local std::vector<T> buf;
+  buf.resize(static_cast<size_t>(M * K));
+  for (int64_t r0 = 0; r0 < M; r0 += kSmallRows) {
+    const int64_t rows = std::min<int64_t>(kSmallRows, M - r0);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < K / kChunk; ++c) {
+        std::memcpy(&buf[(r0 * K + (c * rows + r) * kChunk)], a + (r0 + r) * K + c * kChunk, kChunk * sizeof(T));
+      }
+    }
+  }
+  return buf.data();
+}
+
 void SmallF32(const float* a, int64_t M, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
               int block_shift, float* acc, int64_t ldacc, int64_t n0, int64_t n1) {
   InBands(M, n0, n1, [&](auto rows, int64_t r0, int64_t b0, int64_t b1, int64_t p0, int64_t p1) {
@@ -388,13 +486,12 @@ void SmallF32(const float* a, int64_t M, const uint8_t* B, const float* absmax, 
   });
 }
 
-void SmallBf16(const uint16_t* a, int64_t M, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
-               int block_shift, float* acc, int64_t ldacc, int64_t n0, int64_t n1) {
-  uint16_t table[32];
-  for (int i = 0; i < 32; ++i) table[i] = FloatToBF16(code16[i & 15]);
+void SmallBf16(const uint16_t* rows_a, int64_t M, const uint8_t* B, const float* absmax, const float* code16,
+               int64_t K, int block_shift, float* acc, int64_t ldacc, int64_t n0, int64_t n1) {
+  const uint16_t* a = InterleaveForPasses(rows_a, M, K);
   InBands(M, n0, n1, [&](auto rows, int64_t r0, int64_t b0, int64_t b1, int64_t p0, int64_t p1) {
     constexpr int M = decltype(rows)::value;
-    SmallRows<M>(SliceBf16<M>{a + r0 * K, K, table, B, absmax, block_shift}, K, sizeof(uint16_t),
+    SmallRows<M>(SliceBf16<M>{a + r0 * K, K, code16, B, absmax, block_shift}, K, sizeof(uint16_t),
                  acc + r0 * ldacc + (b0 - n0), ldacc, b0, b1, p0, p1);
   });
 }

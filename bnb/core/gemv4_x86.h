@@ -46,7 +46,9 @@ void RowsBf16(const uint16_t* a, const uint8_t* B, const float* absmax, const fl
 
 // Small batches: M rows of A (each laid out as above, K apart) times W's rows [n0, n1), one pass over those rows
 // of W per kSmallRows rows of A: each chunk's code values are looked up once for all of them. acc[r * ldacc + n]
-// gets row r's float32 sum for W's row n. Same products and rounding as RowsF32 / RowsBf16 row by row.
+// gets row r's float32 sum for W's row n. SmallF32: the products and rounding of RowsF32, row by row. SmallBf16:
+// the dequantized weight rounded to bfloat16, round_bf16(code * absmax), times A's bfloat16 (as dequantize_4bit +
+// F.linear in bfloat16), where RowsBf16 rounds the code values and scales per block in float32.
 inline constexpr int kSmallRows = 8;
 void SmallF32(const float* a, int64_t M, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
               int block_shift, float* acc, int64_t ldacc, int64_t n0, int64_t n1);

@@ -41,9 +41,10 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"cpu.grain_elements", KnobType::kInt, int64_t{1} << 16, 1024, int64_t{1} << 30,
        "fewest elements a CPU kernel hands to one thread, so small tensors are not split"},
       {"cpu.gemv_bf16_products", KnobType::kBool, true, 0, 0,
-       "bfloat16 gemv_4bit on AVX512-BF16 multiplies the 4-bit code values rounded to bfloat16 (vdpbf16ps): about "
-       "1.4x faster, with the error of dequantize + F.linear in bfloat16; false multiplies the exact code values in "
-       "float32, with about 2/3 of that error"},
+       "bfloat16 gemv_4bit / gemm_4bit on AVX512-BF16 multiply in bfloat16 (vdpbf16ps): one token the code values "
+       "rounded to bfloat16, small batches the dequantized weight rounded to bfloat16; about 1.4x faster, with the "
+       "error of dequantize + F.linear in bfloat16; false multiplies the exact code values in float32, with about 2/3 "
+       "of that error"},
       {"cpu.huge_pages", KnobType::kBool, true, 0, 0,
        "advise transparent huge pages for large CPU outputs: far fewer page faults on first write"},
       {"cuda.threads_per_block", KnobType::kInt, int64_t{0}, 0, 1024, ThreadsPerBlockDoc(),
