@@ -224,7 +224,8 @@ BNB_TARGET_AVX512 inline void ScaleInto(__m512 (&p)[M], __m512 (&t)[M], const fl
   }
 }
 
-// Chunks [c0, c1) of W's row n against M rows of A (laid out, K apart), added to the rows' 16-lane totals at saved.
+// Chunks [c0, c1) of W's row n against M rows of A (interleaved by chunk: InterleaveForPasses), added to the
+// rows' 16-lane totals at saved.
 template <int M>
 struct SliceF32 {
   static constexpr int kRows = 1;
@@ -249,7 +250,7 @@ struct SliceF32 {
       for (int s = 0; s < 8; ++s) code[s] = _mm512_permutexvar_ps(_mm512_srli_epi32(x, 4 * s), table);
 #pragma GCC unroll 8
       for (int r = 0; r < M; ++r) {  // the products in RowsF32's order, so that rows come out as there
-        const float* ac = a + r * K + c * kChunk;
+        const float* ac = a + (c * M + r) * kChunk;
         __m512 even = _mm512_mul_ps(code[0], _mm512_loadu_ps(ac));
         __m512 odd = _mm512_mul_ps(code[1], _mm512_loadu_ps(ac + 16));
 #pragma GCC unroll 3
@@ -315,8 +316,8 @@ __attribute__((always_inline)) BNB_TARGET_AVX512BF16 inline void ScaledCodes(__m
   }
 }
 
-// Chunks [c0, c1) of W's rows n .. n + rows - 1 (rows: 1 or 2, one load of A for both) against M rows of A (laid
-// out, K apart), added to each (W row, A row) pair's 16-lane sums at saved (W row w's at saved + w * M * 16).
+// Chunks [c0, c1) of W's rows n .. n + rows - 1 (rows: 1 or 2, one load of A for both) against M rows of A
+// (interleaved by chunk: InterleaveForPasses), added to each (W row, A row) pair's 16-lane sums at saved (W row w's at saved + w * M * 16).
 template <int M>
 struct SliceBf16 {
   static constexpr int kRows = 2;
@@ -477,8 +478,9 @@ const T* InterleaveForPasses(const T* a, int64_t M, int64_t K) {
   return buf.data();
 }
 
-void SmallF32(const float* a, int64_t M, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
+void SmallF32(const float* rows_a, int64_t M, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
               int block_shift, float* acc, int64_t ldacc, int64_t n0, int64_t n1) {
+  const float* a = InterleaveForPasses(rows_a, M, K);
   InBands(M, n0, n1, [&](auto rows, int64_t r0, int64_t b0, int64_t b1, int64_t p0, int64_t p1) {
     constexpr int M = decltype(rows)::value;
     SmallRows<M>(SliceF32<M>{a + r0 * K, K, code16, B, absmax, block_shift}, K, sizeof(float),
