@@ -58,15 +58,23 @@ BNB_TARGET_AVX512 inline __m512 LaneScales(const float* absmax, int64_t f, int b
 // How far ahead of the chunk it reads a row prefetches its bytes. Hardware prefetch alone left a DRAM-bound gemv at
 // ~60% of a copy's bandwidth; for one token 256-2048 bytes ahead measured alike, for small batches, which read a
 // row a slice at a time, 2048 beat 512 by 6-11% (tools/bench/NOTES.md, '4-bit gemv on AVX-512' and 'Small batches:
-// dequantized bfloat16 tables').
+// dequantized bfloat16 tables'). Non-temporal (NTA): a call reads each weight byte once; on weights not in cache
+// one and two rows ran 15-20% faster than with T0, cached weights alike ('Small batches: scale prefetch, NTA').
 constexpr int64_t kPrefetchBytes = 2048;
+
+// With a chunk's bytes, the block scales kPrefetchBytes of codes ahead (2 * kPrefetchBytes elements): a weight that
+// is not cached has cold scales too (blocks of 64: 1/16 of its bytes), which were the kernels' largest stall.
+inline void PrefetchScales(const float* absmax, int64_t f, int block_shift) {
+  _mm_prefetch(reinterpret_cast<const char*>(absmax + ((f + 2 * kPrefetchBytes) >> block_shift)), _MM_HINT_T0);
+}
 
 // A row's sum over its chunks, for a Chunk functor that adds a chunk's unscaled code-times-A sums to two
 // accumulators: Chunk(row bytes of the chunk, chunk index, p, q). Defined once per target attribute (a function
 // inlines only into one compiled for at least its instruction sets, and the bfloat16 chunk needs AVX512-BF16).
 #define BNB_ROW_STEP(c)                                                                                       \
   {                                                                                                                  \
-    _mm_prefetch(reinterpret_cast<const char*>(row_bytes + (c) * (kChunk / 2) + kPrefetchBytes), _MM_HINT_T0);      \
+    _mm_prefetch(reinterpret_cast<const char*>(row_bytes + (c) * (kChunk / 2) + kPrefetchBytes), _MM_HINT_NTA);     \
+    PrefetchScales(absmax, row_first + (c) * kChunk, block_shift);                                                   \
     chunk(row_bytes + (c) * (kChunk / 2), c, p, q);                                                                  \
   }
 #define BNB_DEFINE_ROW_SUM(NAME, TARGET)                                                                              \
@@ -168,10 +176,12 @@ BNB_TARGET_AVX512BF16 void RowPairBf16(const ChunkBf16& chunk, const uint8_t* B,
   const uint8_t* row0 = B + m * (K / 2);
   const uint8_t* row1 = row0 + K / 2;
   __m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
-  const auto step = [](const ChunkBf16& ch, const uint8_t* r0, const uint8_t* r1, int64_t c, __m512& p0,
-                       __m512& p1) BNB_TARGET_AVX512BF16 {
-    _mm_prefetch(reinterpret_cast<const char*>(r0 + c * (kChunk / 2) + kPrefetchBytes), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(r1 + c * (kChunk / 2) + kPrefetchBytes), _MM_HINT_T0);
+  const auto step = [&](const ChunkBf16& ch, const uint8_t* r0, const uint8_t* r1, int64_t c, __m512& p0,
+                        __m512& p1) BNB_TARGET_AVX512BF16 {
+    _mm_prefetch(reinterpret_cast<const char*>(r0 + c * (kChunk / 2) + kPrefetchBytes), _MM_HINT_NTA);
+    _mm_prefetch(reinterpret_cast<const char*>(r1 + c * (kChunk / 2) + kPrefetchBytes), _MM_HINT_NTA);
+    PrefetchScales(absmax, first0 + c * kChunk, block_shift);
+    PrefetchScales(absmax, first1 + c * kChunk, block_shift);
     ch.Two(r0 + c * (kChunk / 2), r1 + c * (kChunk / 2), c, p0, p1);
   };
   if (block_shift <= 6) {
@@ -243,7 +253,8 @@ struct SliceF32 {
 #pragma GCC unroll 8
     for (int r = 0; r < M; ++r) t[r] = _mm512_load_ps(saved + 16 * r), p[r] = _mm512_setzero_ps();
     for (int64_t c = c0; c < c1; ++c) {
-      _mm_prefetch(reinterpret_cast<const char*>(row + c * (kChunk / 2) + kPrefetchBytes), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(row + c * (kChunk / 2) + kPrefetchBytes), _MM_HINT_NTA);
+      PrefetchScales(absmax, n * K + c * kChunk, block_shift);
       const __m512i x = _mm512_loadu_si512(row + c * (kChunk / 2));
       __m512 code[8];
 #pragma GCC unroll 8
@@ -354,7 +365,8 @@ struct SliceBf16 {
 #pragma GCC unroll 2
       for (int w = 0; w < R; ++w) {
         const uint8_t* bytes = B + (n + w) * (K / 2) + c * (kChunk / 2);
-        _mm_prefetch(reinterpret_cast<const char*>(bytes + kPrefetchBytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(bytes + kPrefetchBytes), _MM_HINT_NTA);
+        PrefetchScales(absmax, (n + w) * K + c * kChunk, block_shift);
         ScaledCodes<kG>(_mm512_loadu_si512(bytes), code16v, absmax, ((n + w) * K + c * kChunk) >> block_shift,
                         code[w]);
       }
