@@ -13,13 +13,6 @@ int BlockShift(int64_t blocksize) {
   return shift;
 }
 
-bool RowHasNonFiniteAbsmax(const float* absmax, int64_t m, int64_t K, int block_shift) {
-  for (int64_t b = (m * K) >> block_shift; b <= ((m + 1) * K - 1) >> block_shift; ++b) {
-    if (!std::isfinite(absmax[b])) return true;
-  }
-  return false;
-}
-
 float Gemv4RowScalar(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16,
                      int64_t K, int64_t blocksize, int64_t m) {
   float acc = 0.0f;

@@ -36,6 +36,23 @@ namespace bnb::core {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Whether any of x[0, n) is infinite or NaN (exponent bits all ones): RowHasNonFiniteAbsmax, which every kernel asks
+// of every row, where a scalar isfinite loop took a fifth of a cached 14336 x 4096 product.
+bool AnyNonFinite(const float* x, int64_t n) {
+  const hn::ScalableTag<uint32_t> du;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(du));
+  const auto exponent = hn::Set(du, 0x7F800000u);
+  auto any = hn::Zero(du);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto e = hn::And(hn::LoadU(du, reinterpret_cast<const uint32_t*>(x + i)), exponent);
+    any = hn::Or(any, hn::VecFromMask(du, hn::Eq(e, exponent)));
+  }
+  bool found = !hn::AllTrue(du, hn::Eq(any, hn::Zero(du)));
+  for (; i < n; ++i) found |= !std::isfinite(x[i]);
+  return found;
+}
+
 #if HWY_TARGET == HWY_SCALAR
 
 // One lane: the vector formulation buys nothing, so this target runs the definition itself.
@@ -274,6 +291,12 @@ HWY_AFTER_NAMESPACE();
 namespace bnb::core {
 
 HWY_EXPORT(Gemv4Vec);
+HWY_EXPORT(AnyNonFinite);
+
+bool RowHasNonFiniteAbsmax(const float* absmax, int64_t m, int64_t K, int block_shift) {
+  const int64_t b0 = (m * K) >> block_shift, b1 = (((m + 1) * K - 1) >> block_shift) + 1;
+  return HWY_DYNAMIC_DISPATCH(AnyNonFinite)(absmax + b0, b1 - b0);
+}
 
 Gemv4Kernel ActiveGemv4Kernel(DType dtype, int64_t K, bool bf16_products) {
 #if BNB_GEMV4_X86

@@ -22,6 +22,7 @@ inline constexpr int64_t kChunk = 128;
 // checks that AVX-512 itself is dispatched (the cpu.isa cap).
 bool HasAvx512Bw();
 bool HasAvx512Bf16();
+bool HasAvx512Vbmi();
 
 // Gemv4's contract (gemv4.h) for K % kChunk == 0 and rows with finite absmax (the caller takes the others to the
 // definition). Products and sums in float32, each output rounded once to `dtype`.
@@ -31,7 +32,8 @@ bool HasAvx512Bf16();
 //     in pairs by vdpbf16ps. Each weight's code value then carries a relative error of at most 2^-9, the rounding a
 //     bfloat16 weight has (so the result is as exact as a bfloat16 product with a dequantized bfloat16 weight).
 // Nested statistics' scales of blocks [b0, b1) into out[0, b1 - b0): code256[q[b]] * absmax2[b / 256] + offset,
-// each operation rounded to float32 as NestedAbsmax defines them; 16 blocks at a time (a gather of the codes).
+// each operation rounded to float32 as NestedAbsmax defines them; 64 blocks at a time by byte-plane permutes with
+// AVX512-VBMI, else 16 at a time by a gather.
 void ExpandNested(const uint8_t* q, const float* code256, const float* absmax2, float offset, int64_t b0,
                   int64_t b1, float* out);
 

@@ -1,5 +1,6 @@
 """CPU benchmark of the 4-bit matrix-vector product, one token: bnb's gemv_4bit beside bitsandbytes' (where
-importable), torch's int4 kernel (_weight_int4pack_mm_for_cpu), F.linear on the dense weight, and a memory copy as
+importable: its gemv_4bit on the weight as stored, and its Linear4bit in eval mode, which repacks the weight into
+its CPU layout as transformers' inference gets it), torch's int4 kernel (_weight_int4pack_mm_for_cpu), F.linear on the dense weight, and a memory copy as
 the limit, all in one run, at each thread count.
 
 "% of limit": the weight's bytes (packed codes and absmax statistics) read per second against the copy's bytes
@@ -28,13 +29,50 @@ def bnb_case(W, dtype, blocksize):
     return weight_bytes, lambda a: F.gemv_4bit(a, packed, state=state)
 
 
+def real_bitsandbytes():
+    """bitsandbytes itself, or None where it is not importable or is bnb's companion package (which would time bnb
+    under the peer's name)."""
+    try:
+        import bitsandbytes
+    except ImportError:
+        return None
+    return None if "+bnb" in getattr(bitsandbytes, "__version__", "") else bitsandbytes
+
+
 def bitsandbytes_case(W, dtype, blocksize):
     """bitsandbytes' gemv_4bit on the same weight, or None where it is not importable or has no CPU kernel."""
+    if real_bitsandbytes() is None:
+        return None
     try:
         import bitsandbytes.functional as BF
         packed, state = BF.quantize_4bit(W.to(dtype), blocksize=blocksize, quant_type="nf4", compress_statistics=True)
         fn = lambda a: BF.gemv_4bit(a, packed.t(), state=state)  # noqa: E731
         fn(torch.randn(1, W.shape[1]).to(dtype))
+        return fn
+    except Exception:  # noqa: BLE001  (a peer that cannot run here is left out of the table, not an error)
+        return None
+
+
+def bitsandbytes_linear_case(W, dtype, blocksize):
+    """bitsandbytes' Linear4bit in eval mode, as transformers runs it for inference: on an AVX512-BF16 CPU it repacks
+    the weight into its CPU layout on the first call, and every batch size then takes its packed kernel. None where
+    bitsandbytes is not importable or cannot run here."""
+    bitsandbytes = real_bitsandbytes()
+    if bitsandbytes is None:
+        return None
+    try:
+        N, K = W.shape
+        lin = bitsandbytes.nn.Linear4bit(K, N, bias=False, compute_dtype=dtype, compress_statistics=True,
+                                         quant_type="nf4")
+        lin.weight = bitsandbytes.nn.Params4bit(W.to(dtype), requires_grad=False, compress_statistics=True,
+                                                quant_type="nf4", blocksize=blocksize)
+        lin = lin.to("cpu").eval()
+
+        def fn(a):
+            with torch.inference_mode():
+                return lin(a)
+
+        fn(torch.randn(1, K).to(dtype))  # the repack
         return fn
     except Exception:  # noqa: BLE001  (a peer that cannot run here is left out of the table, not an error)
         return None
@@ -69,7 +107,9 @@ def shape_rows(shapes, dtype, blocksize, rounds, with_peers):
         ours.append((W.shape[1], fn))
     impls = [("bnb gemv_4bit", ours)]
     if with_peers:
-        for name, make in (("bitsandbytes gemv_4bit", bitsandbytes_case), ("torch int4pack_mm", int4pack_case)):
+        for name, make in (("bitsandbytes gemv_4bit", bitsandbytes_case),
+                           ("bitsandbytes Linear4bit", bitsandbytes_linear_case),
+                           ("torch int4pack_mm", int4pack_case)):
             fns = [make(W, dtype, blocksize) for W in Ws]
             if all(f is not None for f in fns):
                 impls.append((name, [(W.shape[1], f) for W, f in zip(Ws, fns)]))
@@ -96,14 +136,9 @@ def batch_rows(N, K, batch, dtype, blocksize, rounds, with_peers):
     packed, state = F.quantize_4bit(W.to(dtype), blocksize=blocksize, quant_type="nf4", compress_statistics=True)
     impls = [("bnb matmul_4bit", lambda: bnb.matmul_4bit(x, packed.t(), state))]
     if with_peers:
-        try:
-            import bitsandbytes
-            import bitsandbytes.functional as BF
-            bp, bs = BF.quantize_4bit(W.to(dtype), blocksize=blocksize, quant_type="nf4", compress_statistics=True)
-            bitsandbytes.matmul_4bit(x, bp.t(), bs)
-            impls.append(("bitsandbytes matmul_4bit", lambda: bitsandbytes.matmul_4bit(x, bp.t(), bs)))
-        except Exception:  # noqa: BLE001  (a peer that cannot run here is left out)
-            pass
+        linear = bitsandbytes_linear_case(W, dtype, blocksize)
+        if linear is not None:
+            impls.append(("bitsandbytes Linear4bit", lambda: linear(x)))
     dense = W.to(dtype)
     impls.append((f"F.linear {dtype_name(dtype)}", lambda: torch.nn.functional.linear(x, dense)))
     with torch.no_grad():
