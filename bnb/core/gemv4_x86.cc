@@ -213,10 +213,11 @@ BNB_TARGET_AVX512BF16 void RowPairBf16(const ChunkBf16& chunk, const uint8_t* B,
 // looked up once for all of them. The M rows of A outgrow L1 (8 rows of K = 4096 in bfloat16: 64 KB), so K is
 // taken in slices of kSmallSliceBytes of them over a band of kSmallBand rows of W, each (W row, A row) pair's 16
 // lane totals kept between slices: without it every chunk read its A from L2 (bfloat16, batch 16, 4096x4096:
-// 3.3 ms against 2.2 for F.linear); 8 KB slices measured faster than 16 KB at 8 rows (tools/bench/NOTES.md). In
+// 3.3 ms against 2.2 for F.linear). Slices of 16 KB: with the dequantized-table kernel they beat 8 KB, most for a
+// few rows, whose rows of W they read in longer runs (tools/bench/NOTES.md, 'Small batches: 16 KB slices'). In
 // SmallF32 a block's sum is scaled at the block's end or the slice's, whichever comes first; SmallBf16 multiplies
 // values already scaled (ScaledCodes).
-constexpr int64_t kSmallSliceBytes = 8 << 10;
+constexpr int64_t kSmallSliceBytes = 16 << 10;
 constexpr int64_t kSmallBand = 16;
 
 // After chunk c (first element f) of W's row, scales the M rows' chunk sums p into their totals t: every chunk for
