@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bnb/core/blockwise8.h"
+#include "bnb/core/blockwise8_x86.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bnb/core/blockwise8_hwy.cc"
@@ -585,6 +586,10 @@ void QuantizeBlockwise8(DType dtype, const void* x, const PreparedCodebook& cb, 
 
 void DequantizeBlockwise8(DType dtype, const uint8_t* codes, const float* absmax, const PreparedCodebook& cb,
                           const Blockwise8Range& r, void* out) {
+  if (dtype == DType::kFloat32 &&
+      blockwise8_x86::DequantizeF32(codes, absmax, cb.values.data(), r, static_cast<float*>(out))) {
+    return;
+  }
   HWY_DYNAMIC_DISPATCH(Dequantize)(dtype, codes, absmax, cb, r, out);
 }
 

@@ -16,6 +16,7 @@
 // vpermw issues at one per cycle like vpshufb, so the cross-lane lookup costs nothing extra and saves the interleaves
 // (tools/bench/NOTES.md, '4-bit gemv on AVX-512').
 #include "bnb/core/gemv4_x86.h"
+#include "bnb/core/lookup256_x86.h"
 
 #if BNB_GEMV4_X86
 
@@ -32,7 +33,6 @@
 
 #define BNB_TARGET_AVX512 __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq")))
 #define BNB_TARGET_AVX512BF16 __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
-#define BNB_TARGET_AVX512VBMI __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi")))
 
 namespace bnb::core::gemv4_x86 {
 namespace {
@@ -523,11 +523,6 @@ bool HasAvx512Bf16() {
   return has;
 }
 
-bool HasAvx512Vbmi() {
-  static const bool has = HasAvx512Bw() && __builtin_cpu_supports("avx512vbmi");
-  return has;
-}
-
 namespace {
 
 constexpr int64_t kNested = 256;  // NestedAbsmax's blocks of q per absmax2 value
@@ -542,52 +537,15 @@ BNB_TARGET_AVX512 inline __m512 NestedScale16(const float* absmax2, int64_t b) {
   return _mm512_mask_blend_ps(next, scale, _mm512_set1_ps(absmax2[j + 1]));
 }
 
-// 64 codes' values from a 256-float table without gathers (AVX512-VBMI): byte j of every entry is plane j, four
-// register pairs each (entries 0-127, 128-255); a code's byte j is two 128-entry byte permutes (vpermi2b) and a
-// blend on its top bit, and unpacking the four planes' bytes gives the floats. The unpacks interleave within 128-bit
-// lanes, so the codes' dwords are first transposed 4 x 4 (vpermd): output vector k then holds codes 16k .. 16k + 15
-// in order. Gathers of 16 floats ran about 4x slower (tools/bench/NOTES.md, 'Nested statistics by byte planes').
-struct Lookup256 {
-  __m512i plane[4][4];
-
-  BNB_TARGET_AVX512VBMI explicit Lookup256(const float* table) {
-    alignas(64) uint8_t bytes[4][256];
-    for (int i = 0; i < 256; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, table + i, sizeof(bits));
-      for (int j = 0; j < 4; ++j) bytes[j][i] = static_cast<uint8_t>(bits >> (8 * j));
-    }
-    for (int j = 0; j < 4; ++j) {
-      for (int r = 0; r < 4; ++r) plane[j][r] = _mm512_load_si512(bytes[j] + 64 * r);
-    }
-  }
-
-  BNB_TARGET_AVX512VBMI inline void Get(const uint8_t* codes, __m512 (&out)[4]) const {
-    const __m512i transpose = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    const __m512i idx = _mm512_permutexvar_epi32(transpose, _mm512_loadu_si512(codes));
-    const __mmask64 high = _mm512_movepi8_mask(idx);
-    __m512i p[4];
-    for (int j = 0; j < 4; ++j) {
-      p[j] = _mm512_mask_blend_epi8(high, _mm512_permutex2var_epi8(plane[j][0], idx, plane[j][1]),
-                                    _mm512_permutex2var_epi8(plane[j][2], idx, plane[j][3]));
-    }
-    const __m512i t0 = _mm512_unpacklo_epi8(p[0], p[1]), t1 = _mm512_unpackhi_epi8(p[0], p[1]);
-    const __m512i t2 = _mm512_unpacklo_epi8(p[2], p[3]), t3 = _mm512_unpackhi_epi8(p[2], p[3]);
-    out[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(t0, t2));
-    out[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(t0, t2));
-    out[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(t1, t3));
-    out[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(t1, t3));
-  }
-};
-
 BNB_TARGET_AVX512VBMI void ExpandNestedVbmi(const uint8_t* q, const float* code256, const float* absmax2,
                                            float offset, int64_t b0, int64_t b1, float* out, int64_t* done) {
-  const Lookup256 lookup(code256);
+  const lookup256_x86::Lookup256 lookup(code256);
   const __m512 off = _mm512_set1_ps(offset);
   int64_t b = b0;
   for (; b + 64 <= b1; b += 64) {
     __m512 code[4];
     lookup.Get(q + b, code);
+#pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       const __m512 scaled = _mm512_mul_ps(code[k], NestedScale16(absmax2, b + 16 * k));
       _mm512_storeu_ps(out + (b - b0) + 16 * k, _mm512_add_ps(scaled, off));
@@ -602,7 +560,7 @@ BNB_TARGET_AVX512 void ExpandNested(const uint8_t* q, const float* code256, cons
                                     int64_t b0, int64_t b1, float* out) {
   const __m512 off = _mm512_set1_ps(offset);
   int64_t b = b0;
-  if (HasAvx512Vbmi()) ExpandNestedVbmi(q, code256, absmax2, offset, b0, b1, out, &b);
+  if (lookup256_x86::HasVbmi()) ExpandNestedVbmi(q, code256, absmax2, offset, b0, b1, out, &b);
   for (; b + 16 <= b1; b += 16) {
     const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b)));
     const __m512 code = _mm512_i32gather_ps(idx, code256, 4);

@@ -22,7 +22,6 @@ inline constexpr int64_t kChunk = 128;
 // checks that AVX-512 itself is dispatched (the cpu.isa cap).
 bool HasAvx512Bw();
 bool HasAvx512Bf16();
-bool HasAvx512Vbmi();
 
 // Gemv4's contract (gemv4.h) for K % kChunk == 0 and rows with finite absmax (the caller takes the others to the
 // definition). Products and sums in float32, each output rounded once to `dtype`.

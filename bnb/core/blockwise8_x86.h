@@ -1,0 +1,17 @@
+// The float32 8-bit dequantize on AVX512-VBMI (lookup256_x86.h), for DequantizeBlockwise8's dispatch
+// (blockwise8_hwy.cc): the codes' values by byte-plane permutes, where the Highway kernels look each up by a scalar
+// load (tools/bench/NOTES.md, '8-bit dequantize by byte planes').
+#pragma once
+
+#include <cstdint>
+
+#include "bnb/core/blockwise8.h"
+
+namespace bnb::core::blockwise8_x86 {
+
+// out = values[codes] * absmax over r's blocks, each product rounded to float32, as DequantizeBlockwise8; returns
+// false, writing nothing, where the processor lacks AVX512-VBMI or the cpu.isa cap is below AVX-512.
+bool DequantizeF32(const uint8_t* codes, const float* absmax, const float* values, const Blockwise8Range& r,
+                   float* out);
+
+}  // namespace bnb::core::blockwise8_x86
