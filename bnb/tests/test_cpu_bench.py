@@ -9,6 +9,7 @@ import torch
 import bnb.config
 import cpu_blockwise4
 import cpu_blockwise8
+import cpu_decode
 import cpu_gemv4
 import cpu_int8
 import cpu_optim
@@ -137,3 +138,17 @@ def test_thread_scaling_line_leaves_the_config_as_it_was():
         # times the thread count when the one-thread run was the one stalled (seen under a parallel test run).
         assert 0 <= ratio < 100, line
     assert [(bnb.config.get(n), bnb.config.source(n)) for n in KNOBS] == before
+
+
+def test_decode_bench_prints_its_rows(capsys):
+    pytest.importorskip("transformers", reason="transformers is not installed (tools/requirements-hf.txt)")
+    pytest.importorskip("accelerate", reason="accelerate is not installed (tools/requirements-hf.txt)")
+    cpu_decode.main(["--hidden", "128", "--layers", "1", "--vocab", "256", "--tokens", "2", "--rounds", "1"])
+    out = capsys.readouterr().out
+    for name in ("bf16, not quantized", "bnb NF4 (companion package)"):
+        line = next((row for row in out.splitlines() if row.startswith(name)), None)
+        assert line is not None and "failed" not in line, out
+        ms_per_token, prefill = (float(v) for v in line[len(name):].split()[:2])
+        assert prefill > 0 and abs(ms_per_token) < 1e4, line  # a step of a tiny model may time within noise of 0
+        assert "+bnb" in line  # the child ran on the companion, not on a bitsandbytes found elsewhere
+    assert "bitsandbytes NF4" not in out  # no --peer-path: no peer row

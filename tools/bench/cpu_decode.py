@@ -3,8 +3,10 @@ compute), on bnb (through its companion package `bitsandbytes`) and on bitsandby
 a directory holding it, beside the same model in bfloat16 without quantization. Each runs in a process of its own
 (the two cannot share one: both are imported as `bitsandbytes`), on the same random-weight Llama saved once.
 
-Figures: milliseconds per generated token (the median of rounds) after a warm-up generation; the prompt's prefill
-is timed apart. Run: .venv/bin/python tools/bench/cpu_decode.py [--peer-path DIR] [--layers N] [--hidden H].
+Figures: milliseconds per decoding step (a generation's time less a forward of the prompt, over the tokens after
+the first; the median of rounds) after a warm-up generation; the prompt's forward (prefill) is timed apart.
+Needs transformers and accelerate (tools/requirements-hf.txt). Run: .venv/bin/python tools/bench/cpu_decode.py
+[--peer-path DIR] [--layers N] [--hidden H].
 """
 
 import argparse
@@ -16,7 +18,19 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-SHIM = os.path.join(ROOT, "bnb", "python", "bitsandbytes_shim")
+
+
+def companion_path() -> str:
+    """The directory holding bnb's companion package `bitsandbytes`: the source tree's, else an importable one's
+    (a Bazel test's runfiles, an installed companion)."""
+    source = os.path.join(ROOT, "bnb", "python", "bitsandbytes_shim")
+    if os.path.isdir(os.path.join(source, "bitsandbytes")):
+        return source
+    import bitsandbytes
+    if "+bnb" not in getattr(bitsandbytes, "__version__", ""):
+        raise RuntimeError(f"cpu_decode: the bitsandbytes importable here ({bitsandbytes.__file__}) is not bnb's "
+                           "companion package; run from the source tree or install it (tools/install_shim.sh)")
+    return os.path.dirname(os.path.dirname(os.path.abspath(bitsandbytes.__file__)))
 
 
 def save_model(directory, hidden, layers, vocab):
@@ -52,7 +66,8 @@ def run_case(directory, quantized, tokens, rounds):
             out = model.generate(prompt, **args)
             t2 = time.perf_counter()
             prefill.append(t1 - t0)
-            per_token.append(((t2 - t1) - (t1 - t0)) / tokens)
+            # generate's first token comes from the prompt's forward (timed apart); the others each take a step
+            per_token.append(((t2 - t1) - (t1 - t0)) / (tokens - 1))
     import bitsandbytes
     print(json.dumps({"ms_per_token": sorted(per_token)[len(per_token) // 2] * 1e3,
                       "prefill_ms": sorted(prefill)[len(prefill) // 2] * 1e3, "tokens": out.shape[1],
@@ -71,13 +86,22 @@ def main(argv=None):
     ap.add_argument("--case", choices=["bf16", "4bit"], help=argparse.SUPPRESS)  # a child process's own case
     ap.add_argument("--model", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.tokens < 2:
+        ap.error(f"--tokens must be at least 2 (the first comes from the prompt's forward), got {args.tokens}")
     if args.case:
         return run_case(args.model, args.case == "4bit", args.tokens, args.rounds)
 
     import torch
+    try:
+        import accelerate  # noqa: F401  (device_map needs it)
+        import transformers  # noqa: F401
+    except ImportError as e:
+        print(f"cpu_decode: skipped, {e} (tools/requirements-hf.txt installs the Hugging Face stack)")
+        return
     with tempfile.TemporaryDirectory() as directory:
         save_model(directory, args.hidden, args.layers, args.vocab)
-        cases = [("bf16, not quantized", "bf16", SHIM), ("bnb NF4 (companion package)", "4bit", SHIM)]
+        shim = companion_path()
+        cases = [("bf16, not quantized", "bf16", shim), ("bnb NF4 (companion package)", "4bit", shim)]
         if args.peer_path:
             cases.append(("bitsandbytes NF4", "4bit", args.peer_path))
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; Llama, hidden {args.hidden}, "

@@ -13,6 +13,8 @@ echo
 echo
 .venv/bin/python tools/bench/cpu_int8.py "$@"
 echo
+.venv/bin/python tools/bench/cpu_decode.py  # needs tools/requirements-hf.txt (says so and skips otherwise)
+echo
 echo "core kernels, one thread (bazel run -c opt //tools/bench:core_blockwise8_bench):"
 bazel run -c opt --noshow_progress //tools/bench:core_blockwise8_bench 2>/dev/null
 echo
