@@ -44,11 +44,11 @@ void Gemv4Nested(DType dtype, const void* A, const uint8_t* B, const NestedAbsma
 
 // Small batches: out[r, n] = sum_k A[r, k] * W[n, k] (+ bias[n]) for the M rows of A (row-major, K apart) and W's
 // rows [n0, n1), with out row-major (N apart) and bias (N values or null) of `dtype` like A. One pass over W's rows
-// per 8 rows of A, the code values looked up once for all of them; each output is its row's Gemv4 sum plus the
-// bias, in float32, rounded once. nested: null, or the statistics absmax stands for (then absmax is unused).
-// Only where Gemm4SmallRuns says so (the AVX-512 kernels); otherwise callers dequantize W and multiply.
-// Up to 32 rows of float32 / float16 A, 16 of bfloat16 (there dequantize + F.linear, oneDNN's bfloat16 product,
-// measured faster from 32 rows: tools/bench/NOTES.md).
+// per 8 rows of A, the code values looked up once for all of them; each output is its row's sum (bfloat16 A: of
+// the dequantized weight rounded to bfloat16, gemv4_x86.h) plus the bias, in float32, rounded once. nested: null,
+// or the statistics absmax stands for (then absmax is unused). Only where Gemm4SmallRuns says so (the AVX-512
+// kernels); otherwise callers dequantize W and multiply. Up to 32 rows (beyond, dequantize + addmm in bands
+// measured faster: tools/bench/NOTES.md, 'Small batches: up to 32 rows in bfloat16').
 bool Gemm4SmallRuns(DType dtype, int64_t M, int64_t K, bool bf16_products = true);
 void Gemm4Small(DType dtype, const void* A, int64_t M, const uint8_t* B, const float* absmax,
                 const NestedAbsmax* nested, const float* code16, int64_t N, int64_t K, int64_t blocksize,

@@ -405,8 +405,7 @@ void Gemv4Any(DType dtype, const void* A, const uint8_t* B, const float* absmax,
 }  // namespace
 
 bool Gemm4SmallRuns(DType dtype, int64_t M, int64_t K, bool bf16_products) {
-  const int64_t max_rows = dtype == DType::kBFloat16 ? 16 : 32;
-  return M >= 1 && M <= max_rows && ActiveGemv4Kernel(dtype, K, bf16_products) != Gemv4Kernel::kHighway;
+  return M >= 1 && M <= 32 && ActiveGemv4Kernel(dtype, K, bf16_products) != Gemv4Kernel::kHighway;
 }
 
 void Gemm4Small(DType dtype, const void* A, int64_t M, const uint8_t* B, const float* absmax,

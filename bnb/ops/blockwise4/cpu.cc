@@ -87,7 +87,7 @@ struct Cpu {
              });
   }
 
-  // Small batches (up to 16-32 rows of A: core::Gemm4SmallRuns) in one pass over the weight's rows per 8 rows of A,
+  // Small batches (up to 32 rows of A: core::Gemm4SmallRuns) in one pass over the weight's rows per 8 rows of A,
   // where bnb/core has the kernel (AVX-512): no dequantized weight is made. W's rows split over threads.
   static c10::optional<at::Tensor> GemmDirect(const char* op, const at::Tensor& A, const at::Tensor& packed,
                                               int64_t N, int64_t K, const at::Tensor& absmax, const Nested& nested,
