@@ -20,3 +20,6 @@ bazel run -c opt --noshow_progress //tools/bench:core_blockwise8_bench 2>/dev/nu
 echo
 echo "4-bit core kernels, one thread (bazel run -c opt //tools/bench:core_blockwise4_bench):"
 bazel run -c opt --noshow_progress //tools/bench:core_blockwise4_bench 2>/dev/null
+echo
+echo "dot-product ceiling, one thread (bazel run -c opt //tools/bench:core_dot_peak):"
+bazel run -c opt --noshow_progress //tools/bench:core_dot_peak 2>/dev/null
