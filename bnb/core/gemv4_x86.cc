@@ -140,21 +140,6 @@ struct ChunkBf16 {
     q = _mm512_dpbf16_ps(q, Codes(_mm512_srli_epi16(x, 12)), Acts(ac + 96));
   }
 
-  // Two rows' chunks c against one load of A: p0 += row 0's products, p1 += row 1's.
-  BNB_TARGET_AVX512BF16 inline void Two(const uint8_t* bytes0, const uint8_t* bytes1, int64_t c, __m512& p0,
-                                        __m512& p1) const {
-    const __m512i x = _mm512_loadu_si512(bytes0), y = _mm512_loadu_si512(bytes1);
-    const uint16_t* ac = a + c * kChunk;
-    p0 = _mm512_dpbf16_ps(p0, Codes(x), Acts(ac));
-    p1 = _mm512_dpbf16_ps(p1, Codes(y), Acts(ac));
-    p0 = _mm512_dpbf16_ps(p0, Codes(_mm512_srli_epi16(x, 4)), Acts(ac + 32));
-    p1 = _mm512_dpbf16_ps(p1, Codes(_mm512_srli_epi16(y, 4)), Acts(ac + 32));
-    p0 = _mm512_dpbf16_ps(p0, Codes(_mm512_srli_epi16(x, 8)), Acts(ac + 64));
-    p1 = _mm512_dpbf16_ps(p1, Codes(_mm512_srli_epi16(y, 8)), Acts(ac + 64));
-    p0 = _mm512_dpbf16_ps(p0, Codes(_mm512_srli_epi16(x, 12)), Acts(ac + 96));
-    p1 = _mm512_dpbf16_ps(p1, Codes(_mm512_srli_epi16(y, 12)), Acts(ac + 96));
-  }
-
   BNB_TARGET_AVX512BF16 inline __m512bh Codes(__m512i idx) const {
     return reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(idx, table));
   }
@@ -163,51 +148,12 @@ struct ChunkBf16 {
   }
 };
 
-// Rows m and m + 1 of the bfloat16 kernel in one pass, A loaded once for both, for rows whose A (laid out) is larger
-// than kPairAboveBytes, so that it comes from L2: 4096x14336 from memory, 2 threads, 2192 -> 1987 us. Rows of
-// K = 4096 measured faster in pairs only warm (the same weight again); from memory they lost 577 -> 824 us
-// (tools/bench/NOTES.md). The float32 kernel, whose chunks hold twice the dependent multiply-adds, measured slower
-// in pairs. Blocks of 128 or more need K a multiple of the blocksize, so that both rows' blocks start at the same
-// chunks.
-constexpr int64_t kPairAboveBytes = 16 << 10;
-
-BNB_TARGET_AVX512BF16 void RowPairBf16(const ChunkBf16& chunk, const uint8_t* B, const float* absmax, int64_t K,
-                                       int block_shift, int64_t m, float* acc) {
-  const int64_t chunks = K / kChunk, first0 = m * K, first1 = first0 + K;
-  const uint8_t* row0 = B + m * (K / 2);
-  const uint8_t* row1 = row0 + K / 2;
-  __m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
-  const auto step = [&](const ChunkBf16& ch, const uint8_t* r0, const uint8_t* r1, int64_t c, __m512& p0,
-                        __m512& p1) BNB_TARGET_AVX512BF16 {
-    _mm_prefetch(reinterpret_cast<const char*>(r0 + c * (kChunk / 2) + kPrefetchBytes), _MM_HINT_NTA);
-    _mm_prefetch(reinterpret_cast<const char*>(r1 + c * (kChunk / 2) + kPrefetchBytes), _MM_HINT_NTA);
-    PrefetchScales(absmax, first0 + c * kChunk, block_shift);
-    PrefetchScales(absmax, first1 + c * kChunk, block_shift);
-    ch.Two(r0 + c * (kChunk / 2), r1 + c * (kChunk / 2), c, p0, p1);
-  };
-  if (block_shift <= 6) {
-    for (int64_t c = 0; c < chunks; ++c) {
-      __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
-      step(chunk, row0, row1, c, p0, p1);
-      t0 = _mm512_fmadd_ps(p0, LaneScales(absmax, first0 + c * kChunk, block_shift), t0);
-      t1 = _mm512_fmadd_ps(p1, LaneScales(absmax, first1 + c * kChunk, block_shift), t1);
-    }
-  } else {
-    const int64_t blocks_per_row = K >> block_shift;
-    int64_t c = 0;
-    while (c < chunks) {
-      const int64_t block = (first0 + c * kChunk) >> block_shift;
-      const int64_t block_end = (((block + 1) << block_shift) - first0) / kChunk;
-      const int64_t end = block_end < chunks ? block_end : chunks;
-      __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
-      for (; c < end; ++c) step(chunk, row0, row1, c, p0, p1);
-      t0 = _mm512_fmadd_ps(p0, _mm512_set1_ps(absmax[block]), t0);
-      t1 = _mm512_fmadd_ps(p1, _mm512_set1_ps(absmax[block + blocks_per_row]), t1);
-    }
-  }
-  acc[0] = _mm512_reduce_add_ps(t0);
-  acc[1] = _mm512_reduce_add_ps(t1);
-}
+// The bfloat16 kernel takes rows in groups (RowGroupBf16) where A (laid out) is larger than this, so that it
+// comes from L2: one load of A for four rows. Rows of K = 4096 measured faster in pairs only warm (the same weight
+// again); from memory they lost 577 -> 824 us, and four at a time worse (tools/bench/NOTES.md, 'One token, long
+// rows: four rows a pass'). The float32 kernel, whose chunks hold twice the dependent multiply-adds, measured
+// slower in pairs.
+constexpr int64_t kGroupAboveBytes = 16 << 10;
 
 // Small batches (SmallF32 / SmallBf16): W's row n against M <= kSmallRows rows of A, each chunk's code values
 // looked up once for all of them. The M rows of A outgrow L1 (8 rows of K = 4096 in bfloat16: 64 KB), so K is
@@ -330,7 +276,8 @@ __attribute__((always_inline)) BNB_TARGET_AVX512BF16 inline void ScaledCodes(__m
 }
 
 // Chunks [c0, c1) of W's rows n .. n + rows - 1 (rows: 1 or 2, one load of A for both) against M rows of A
-// (interleaved by chunk: InterleaveForPasses), added to each (W row, A row) pair's 16-lane sums at saved (W row w's at saved + w * M * 16).
+// (interleaved by chunk: InterleaveForPasses), added to each (W row, A row) pair's 16-lane sums at saved (W row
+// w's at saved + w * M * 16).
 template <int M>
 struct SliceBf16 {
   static constexpr int kRows = 2;
@@ -603,9 +550,10 @@ BNB_TARGET_AVX512 void RowsF32(const float* a, const uint8_t* B, const float* ab
   }
 }
 
-// R rows of W in one pass over K, each load of A serving all of them (blocks of 32 or 64: lane scales per chunk).
-// Rows whose A outgrows L1 (kPairAboveBytes) take A from L2, once per R rows; four at a time measured 12% faster
-// than two on weights not in cache (tools/bench/NOTES.md, 'One token, long rows: four rows a pass').
+// R rows of W in one pass over K, each load of A serving all of them, each chunk's sums scaled at once (blocks of 32
+// or 64: lane scales; larger ones: the chunk's block). Rows whose A outgrows L1 (kGroupAboveBytes) take A from L2,
+// once per R rows; four at a time measured 12% faster than two on weights not in cache (tools/bench/NOTES.md, 'One
+// token, long rows: four rows a pass').
 template <int R>
 BNB_TARGET_AVX512BF16 void RowGroupBf16(__m512i table, const uint16_t* a, const uint8_t* B, const float* absmax,
                                         int64_t K, int block_shift, int64_t m, float* acc) {
@@ -636,7 +584,10 @@ BNB_TARGET_AVX512BF16 void RowGroupBf16(__m512i table, const uint16_t* a, const 
     }
 #pragma GCC unroll 8
     for (int w = 0; w < R; ++w) {
-      t[w] = _mm512_fmadd_ps(p[w], LaneScales(absmax, (m + w) * K + c * kChunk, block_shift), t[w]);
+      const int64_t f = (m + w) * K + c * kChunk;
+      const __m512 scales =
+          block_shift <= 6 ? LaneScales(absmax, f, block_shift) : _mm512_set1_ps(absmax[f >> block_shift]);
+      t[w] = _mm512_fmadd_ps(p[w], scales, t[w]);
     }
   }
 #pragma GCC unroll 8
@@ -648,16 +599,11 @@ BNB_TARGET_AVX512BF16 void RowsBf16(const uint16_t* a, const uint8_t* B, const f
   uint16_t table[32];
   for (int i = 0; i < 32; ++i) table[i] = FloatToBF16(code16[i & 15]);
   const ChunkBf16 chunk{_mm512_loadu_si512(table), a};
-  const bool pairs = K * int64_t{sizeof(uint16_t)} > kPairAboveBytes &&
-                     (block_shift <= 6 || K % (int64_t{1} << block_shift) == 0);
   int64_t m = row_begin;
-  if (pairs && block_shift <= 6) {
+  if (K * int64_t{sizeof(uint16_t)} > kGroupAboveBytes) {
     for (; m + 3 < row_end; m += 4) {
       RowGroupBf16<4>(chunk.table, a, B, absmax, K, block_shift, m, acc + (m - row_begin));
     }
-  }
-  if (pairs) {
-    for (; m + 1 < row_end; m += 2) RowPairBf16(chunk, B, absmax, K, block_shift, m, acc + (m - row_begin));
   }
   for (; m < row_end; ++m) {
     acc[m - row_begin] = RowSumAvx512Bf16(chunk, B + m * (K / 2), absmax, m * K, K / kChunk, block_shift);
