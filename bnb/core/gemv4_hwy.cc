@@ -415,17 +415,21 @@ void Gemm4Small(DType dtype, const void* A, int64_t M, const uint8_t* B, const f
   if (n0 >= n1) return;
   const Gemv4Kernel kernel = ActiveGemv4Kernel(dtype, K, bf16_products);
   const int64_t size = DTypeSize(dtype);
-  // A's rows laid out once, K apart.
-  std::vector<float> a32;
-  std::vector<uint16_t> a16;
+  // A's rows laid out once, each chunk straight to its place for the kernels' passes (gemv4_x86::PassOffset).
+  const bool bf16 = kernel == Gemv4Kernel::kAvx512Bf16;
+  std::vector<float> a32(bf16 ? 0 : M * K);
+  std::vector<uint16_t> a16(bf16 ? M * K : 0);
+  const auto place = [M, K](const auto& row, auto* all, int64_t r) {
+    for (int64_t c = 0; c < K / gemv4_x86::kChunk; ++c) {
+      std::copy_n(row.data() + c * gemv4_x86::kChunk, gemv4_x86::kChunk, all + gemv4_x86::PassOffset(r, M, K, c));
+    }
+  };
   for (int64_t r = 0; r < M; ++r) {
     const void* row = static_cast<const char*>(A) + r * K * size;
-    if (kernel == Gemv4Kernel::kAvx512Bf16) {
-      const std::vector<uint16_t> one = gemv4_x86::ArrangeBf16(row, K);
-      a16.insert(a16.end(), one.begin(), one.end());
+    if (bf16) {
+      place(gemv4_x86::ArrangeBf16(row, K), a16.data(), r);
     } else {
-      const std::vector<float> one = gemv4_x86::ArrangeF32(dtype, row, K);
-      a32.insert(a32.end(), one.begin(), one.end());
+      place(gemv4_x86::ArrangeF32(dtype, row, K), a32.data(), r);
     }
   }
   const int block_shift = BlockShift(blocksize);

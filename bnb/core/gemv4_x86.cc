@@ -27,7 +27,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -182,7 +181,7 @@ BNB_TARGET_AVX512 inline void ScaleInto(__m512 (&p)[M], __m512 (&t)[M], const fl
   }
 }
 
-// Chunks [c0, c1) of W's row n against M rows of A (interleaved by chunk: InterleaveForPasses), added to the
+// Chunks [c0, c1) of W's row n against M rows of A (interleaved by chunk: PassOffset), added to the
 // rows' 16-lane totals at saved.
 template <int M>
 struct SliceF32 {
@@ -276,7 +275,7 @@ __attribute__((always_inline)) BNB_TARGET_AVX512BF16 inline void ScaledCodes(__m
 }
 
 // Chunks [c0, c1) of W's rows n .. n + rows - 1 (rows: 1 or 2, one load of A for both) against M rows of A
-// (interleaved by chunk: InterleaveForPasses), added to each (W row, A row) pair's 16-lane sums at saved (W row
+// (interleaved by chunk: PassOffset), added to each (W row, A row) pair's 16-lane sums at saved (W row
 // w's at saved + w * M * 16).
 template <int M>
 struct SliceBf16 {
@@ -419,29 +418,8 @@ void InBands(int64_t M, int64_t n0, int64_t n1, const Run& run) {
 
 }  // namespace
 
-// A's rows (K apart) regrouped for the passes: the `rows` rows of the pass from row r0 interleaved by chunk, element
-// (r, k) at r0 * K + (k / kChunk * rows + r - r0) * kChunk + k % kChunk, so a chunk's rows are one contiguous run.
-// K apart (8 KB at K = 4096 in bfloat16) they fall into the same L1 sets: eight loads a chunk from rows 4 KB apart
-// ran at a third of the speed of loads from one run (tools/bench/NOTES.md, 'Small batches: dequantized bfloat16
-// tables').
-template <class T>
-const T* InterleaveForPasses(const T* a, int64_t M, int64_t K) {
-  thread_local std::vector<T> buf;
-  buf.resize(static_cast<size_t>(M * K));
-  for (int64_t r0 = 0; r0 < M; r0 += kSmallRows) {
-    const int64_t rows = std::min<int64_t>(kSmallRows, M - r0);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < K / kChunk; ++c) {
-        std::memcpy(&buf[(r0 * K + (c * rows + r) * kChunk)], a + (r0 + r) * K + c * kChunk, kChunk * sizeof(T));
-      }
-    }
-  }
-  return buf.data();
-}
-
-void SmallF32(const float* rows_a, int64_t M, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
+void SmallF32(const float* a, int64_t M, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
               int block_shift, float* acc, int64_t ldacc, int64_t n0, int64_t n1) {
-  const float* a = InterleaveForPasses(rows_a, M, K);
   InBands(M, n0, n1, [&](auto rows, int64_t r0, int64_t b0, int64_t b1, int64_t p0, int64_t p1) {
     constexpr int M = decltype(rows)::value;
     SmallRows<M>(SliceF32<M>{a + r0 * K, K, code16, B, absmax, block_shift}, K, sizeof(float),
@@ -449,9 +427,8 @@ void SmallF32(const float* rows_a, int64_t M, const uint8_t* B, const float* abs
   });
 }
 
-void SmallBf16(const uint16_t* rows_a, int64_t M, const uint8_t* B, const float* absmax, const float* code16,
+void SmallBf16(const uint16_t* a, int64_t M, const uint8_t* B, const float* absmax, const float* code16,
                int64_t K, int block_shift, float* acc, int64_t ldacc, int64_t n0, int64_t n1) {
-  const uint16_t* a = InterleaveForPasses(rows_a, M, K);
   InBands(M, n0, n1, [&](auto rows, int64_t r0, int64_t b0, int64_t b1, int64_t p0, int64_t p1) {
     constexpr int M = decltype(rows)::value;
     SmallRows<M>(SliceBf16<M>{a + r0 * K, K, code16, B, absmax, block_shift}, K, sizeof(uint16_t),

@@ -45,12 +45,21 @@ void RowsF32(const float* a, const uint8_t* B, const float* absmax, const float*
 void RowsBf16(const uint16_t* a, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
               int block_shift, float* acc, int64_t row_begin, int64_t row_end);
 
-// Small batches: M rows of A (each laid out as above, K apart) times W's rows [n0, n1), one pass over those rows
-// of W per kSmallRows rows of A: each chunk's code values are looked up once for all of them. acc[r * ldacc + n]
+// Small batches: M rows of A (each laid out as above, then interleaved by chunk per pass: PassOffset) times W's
+// rows [n0, n1), one pass over those rows of W per kSmallRows rows of A: each chunk's code values are looked up once for all of them. acc[r * ldacc + n]
 // gets row r's float32 sum for W's row n. SmallF32: the products and rounding of RowsF32, row by row. SmallBf16:
 // the dequantized weight rounded to bfloat16, round_bf16(code * absmax), times A's bfloat16 (as dequantize_4bit +
 // F.linear in bfloat16), where RowsBf16 rounds the code values and scales per block in float32.
 inline constexpr int kSmallRows = 8;
+// Where chunk c of A's row r (of M, laid out) goes for SmallF32 / SmallBf16: the rows of each pass of kSmallRows
+// interleaved by chunk, so a chunk's rows are one contiguous run. K apart (8 KB at K = 4096 in bfloat16) they fall
+// into the same L1 sets: eight loads a chunk from rows 4 KB apart ran at a third of the speed of loads from one
+// run (tools/bench/NOTES.md, 'Small batches: dequantized bfloat16 tables').
+inline int64_t PassOffset(int64_t r, int64_t M, int64_t K, int64_t c) {
+  const int64_t r0 = r / kSmallRows * kSmallRows;
+  const int64_t rows = M - r0 < kSmallRows ? M - r0 : kSmallRows;
+  return r0 * K + (c * rows + r - r0) * kChunk;
+}
 void SmallF32(const float* a, int64_t M, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
               int block_shift, float* acc, int64_t ldacc, int64_t n0, int64_t n1);
 void SmallBf16(const uint16_t* a, int64_t M, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
