@@ -12,6 +12,7 @@
 #include "bnb/core/cpu_isa.h"
 #include "bnb/core/int8_gemm.h"
 #include "bnb/core/cpu_settings.h"
+#include "bnb/core/gemm4_packed.h"
 #include "bnb/core/gemv4.h"
 #include "bnb/jit/cuda/nvrtc.h"
 #include "bnb/jit/kernel_cache.h"
@@ -76,6 +77,14 @@ KnobValue FromPython(const std::string& name, const py::handle& h) {
                        std::string(py::str(py::type::handle_of(h))));
 }
 
+// A float dtype by name or str(torch dtype), for the CPU kernel queries.
+bnb::core::DType ParseFloatDType(const char* fn, const std::string& dtype) {
+  if (dtype == "float32" || dtype == "torch.float32") return bnb::core::DType::kFloat32;
+  if (dtype == "float16" || dtype == "torch.float16") return bnb::core::DType::kFloat16;
+  if (dtype == "bfloat16" || dtype == "torch.bfloat16") return bnb::core::DType::kBFloat16;
+  throw py::value_error(std::string(fn) + ": dtype must be float32, float16 or bfloat16, got '" + dtype + "'");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -120,20 +129,17 @@ PYBIND11_MODULE(_C, m) {
   }, "The kernel of the int8 product (int8_linear_matmul) on the CPU, after the cpu.isa cap.");
   m.def("gemv4_kernel", [](const std::string& dtype, int64_t K) {
     const bnb::core::CpuSettings settings = Unwrap(bnb::core::CurrentCpuSettings());  // applies the cap first
-    bnb::core::DType d;
-    if (dtype == "float32" || dtype == "torch.float32") {
-      d = bnb::core::DType::kFloat32;
-    } else if (dtype == "float16" || dtype == "torch.float16") {
-      d = bnb::core::DType::kFloat16;
-    } else if (dtype == "bfloat16" || dtype == "torch.bfloat16") {
-      d = bnb::core::DType::kBFloat16;
-    } else {
-      throw py::value_error("gemv4_kernel: dtype must be float32, float16 or bfloat16, got '" + dtype + "'");
-    }
+    const bnb::core::DType d = ParseFloatDType("gemv4_kernel", dtype);
     return std::string(bnb::core::Gemv4KernelName(bnb::core::ActiveGemv4Kernel(d, K, settings.gemv_bf16_products)));
   }, py::arg("dtype"), py::arg("K"),
   "The kernel gemv_4bit runs on the CPU for A of this dtype (name or str(torch dtype)) and K, after the cpu.isa cap "
   "and cpu.gemv_bf16_products.");
+  m.def("gemm4_packed_runs", [](const std::string& dtype, int64_t M) {
+    const bnb::core::CpuSettings settings = Unwrap(bnb::core::CurrentCpuSettings());  // applies the cap first
+    return bnb::core::Gemm4PackedRuns(ParseFloatDType("gemm4_packed_runs", dtype), M, settings.gemv_bf16_products);
+  }, py::arg("dtype"), py::arg("M"),
+  "Whether gemm_4bit_packed has a CPU kernel for M rows of A of this dtype (else it dequantizes the weight), after "
+  "the cpu.isa cap and cpu.gemv_bf16_products.");
   m.def("cpu_isas", &bnb::core::AvailableIsas, "Instruction sets compiled in and supported here, best first.");
   m.def("cpu_isas_compiled", &bnb::core::CompiledIsas, "Instruction sets compiled in, best first.");
 

@@ -1,5 +1,6 @@
 // The 4-bit ops' argument checks and shape rules (ops.h).
 #include "absl/strings/str_cat.h"
+#include "bnb/core/gemm4_packed.h"
 #include "bnb/ops/blockwise4/ops.h"
 
 namespace bnb::ops::blockwise4 {
@@ -141,6 +142,52 @@ std::vector<c10::SymInt> CheckGemm(const char* op, const at::Tensor& A, const at
     CheckDType(op, "bias", *bias, A.scalar_type());  // as F.linear: no silent conversion
   }
   return RowsTimesN(A, shapeB[0]);
+}
+
+// shapeB as the packed layout takes it (core::Packed4Fits), with what is wrong named.
+static void CheckPackedShape(const char* op, at::IntArrayRef shapeB, int64_t blocksize) {
+  TORCH_CHECK(shapeB.size() == 2 && shapeB[0] > 0 && shapeB[1] > 0, "bnb::", op, ": shapeB must be [N, K] with ",
+              "N, K > 0, got ", shapeB);
+  ThrowIfError(op, core::CheckBlocksize(blocksize));
+  TORCH_CHECK(core::Packed4Fits(shapeB[0], shapeB[1], blocksize), "bnb::", op, ": the packed layout takes K (",
+              shapeB[1], ") a multiple of ", core::kPackCols, " and of blocksize, and blocksize >= ", core::kPackCols,
+              "; got shapeB ", shapeB, ", blocksize ", blocksize);
+}
+
+void CheckPack(const char* op, const at::Tensor& B, at::IntArrayRef shapeB, const at::Tensor& absmax,
+               int64_t blocksize) {
+  CheckPackedShape(op, shapeB, blocksize);
+  const c10::SymInt n = CheckedNumel(op, "shapeB", shapeB);
+  CheckPackedBytes(op, "B", B, n);
+  CheckDType(op, "absmax", absmax, at::kFloat);
+  CheckNumel(op, "absmax", absmax, n / blocksize, "one scale per block (nested statistics dequantized first)");
+  CheckSameDevice(op, "absmax", absmax, B);
+}
+
+std::vector<c10::SymInt> CheckGemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes,
+                                         const at::Tensor& scales, at::IntArrayRef shapeB, int64_t blocksize,
+                                         const at::Tensor& code, const c10::optional<at::Tensor>& bias) {
+  FloatDType(op, "A", A.scalar_type());
+  CheckPackedShape(op, shapeB, blocksize);
+  const int64_t N = shapeB[0], K = shapeB[1];
+  TORCH_CHECK(A.dim() >= 1 && A.sym_size(-1) == K, "bnb::", op, ": A's last dimension (", A.sym_sizes(),
+              ") must equal shapeB[1] = ", K);
+  CheckDType(op, "codes", codes, at::kByte);
+  CheckNumel(op, "codes", codes, core::Packed4CodeBytes(N, K), "the packed layout's bytes (pack_4bit)");
+  CheckSameDevice(op, "codes", codes, A);
+  CheckDType(op, "scales", scales, at::kFloat);
+  CheckNumel(op, "scales", scales, core::Packed4ScaleCount(N, K, blocksize), "the packed layout's scales (pack_4bit)");
+  CheckSameDevice(op, "scales", scales, A);
+  CheckDType(op, "code", code, at::kFloat);
+  CheckNumel(op, "code", code, core::kCodebook4Size, "the 16 values of the 4-bit type");
+  CheckSameDevice(op, "code", code, A);
+  if (bias.has_value()) {
+    CheckSameDevice(op, "bias", *bias, A);
+    TORCH_CHECK(bias->dim() == 1 && bias->sym_numel() == N, "bnb::", op, ": bias must be a vector of ", N,
+                " values, got shape ", bias->sym_sizes());
+    CheckDType(op, "bias", *bias, A.scalar_type());
+  }
+  return RowsTimesN(A, N);
 }
 
 }  // namespace bnb::ops::blockwise4

@@ -5,6 +5,7 @@
 #include "bnb/core/blockwise4.h"
 #include "bnb/core/codebook.h"
 #include "bnb/core/cpu_settings.h"
+#include "bnb/core/gemm4_packed.h"
 #include "bnb/core/gemv4.h"
 #include "bnb/ops/blockwise4/ops.h"
 #include "bnb/ops/common/cpu_parallel.h"
@@ -148,6 +149,47 @@ struct Cpu {
       out.narrow(1, n0, rows).copy_(part);
     }
     return out.view(ShapeWithLast(A, N));
+  }
+
+  // The packed layout (core::Pack4), tiles split over threads. Any finite or non-finite scales are moved as they
+  // are (callers that want gemv_4bit's rule for non-finite ones keep such weights unpacked).
+  static void Pack(const char* op, const at::Tensor& packed, int64_t N, int64_t K, const at::Tensor& absmax,
+                   int64_t blocksize, at::Tensor& codes, at::Tensor& scales) {
+    const at::Tensor am = absmax.contiguous();
+    const uint8_t* bp = packed.data_ptr<uint8_t>();
+    const float* ap = am.data_ptr<float>();
+    uint8_t* cp = codes.data_ptr<uint8_t>();
+    float* sp = scales.data_ptr<float>();
+    ParallelOverBlocks(op, core::Packed4Tiles(N), core::kPackRows * K, [&](int64_t t0, int64_t t1) {
+      core::Pack4(bp, ap, N, K, blocksize, cp, sp, t0, t1);
+    });
+  }
+
+  // The packed product where bnb/core has a kernel for A's dtype and rows (core::Gemm4PackedRuns), tiles split
+  // over threads; otherwise the weight dequantized by ATen ops (as any device).
+  static at::Tensor GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
+                               int64_t N, int64_t K, int64_t blocksize, const at::Tensor& code,
+                               const c10::optional<at::Tensor>& bias) {
+    const core::DType dtype = FloatDType(op, "A", A.scalar_type());
+    const int64_t M = A.numel() / K;
+    absl::StatusOr<core::CpuSettings> settings = core::CurrentCpuSettings();
+    TORCH_CHECK(settings.ok(), "bnb::", op, ": ", settings.status().message());
+    const bool bf16_products = settings->gemv_bf16_products;
+    if (!core::Gemm4PackedRuns(dtype, M, bf16_products)) {
+      return GemmPackedByTensorOps(A, codes, scales, N, K, blocksize, code, bias);
+    }
+    const at::Tensor a = A.contiguous(), c = code.contiguous(), cs = codes.contiguous(), ss = scales.contiguous();
+    const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
+    at::Tensor out = at::empty(ShapeWithLast(A, N), A.options());
+    const core::Packed4 w{cs.data_ptr<uint8_t>(), ss.data_ptr<float>(), N, K, blocksize};
+    const void* ap = a.data_ptr();
+    const float* cp = c.data_ptr<float>();
+    const void* biasp = b.defined() ? b.data_ptr() : nullptr;
+    void* outp = out.data_ptr();
+    ParallelOverBlocks(op, core::Packed4Tiles(N), core::kPackRows * K * M, [&](int64_t t0, int64_t t1) {
+      core::Gemm4Packed(dtype, ap, M, w, cp, biasp, outp, t0, t1, bf16_products);
+    });
+    return out;
   }
 
   // Runs rows(dtype, A, B, code, out, r0, r1, bf16_products) over torch's threads, split by rows.

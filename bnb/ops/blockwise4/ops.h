@@ -24,6 +24,13 @@
 //                                                 int64_t N, int64_t K, const at::Tensor& absmax,
 //                                                 const Nested& nested, core::Quant4 q, int64_t blocksize,
 //                                                 const c10::optional<at::Tensor>& bias);
+//     // Optional: pack_4bit and gemm_4bit_packed (the CPU layout, bnb/core/gemm4_packed.h) by kernels of their
+//     // own; without them, Ops composes them from ATen ops (PackByTensorOps, GemmPackedByTensorOps).
+//     static void Pack(const char* op, const at::Tensor& packed, int64_t N, int64_t K, const at::Tensor& absmax,
+//                      int64_t blocksize, at::Tensor& codes, at::Tensor& scales);
+//     static at::Tensor GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes,
+//                                  const at::Tensor& scales, int64_t N, int64_t K, int64_t blocksize,
+//                                  const at::Tensor& code, const c10::optional<at::Tensor>& bias);
 //   };
 //
 // and its file registers Ops<MyBackend>::Register in a TORCH_LIBRARY_IMPL for its dispatch key. gemm_4bit needs no
@@ -40,6 +47,7 @@
 
 #include "bnb/core/blockwise4.h"
 #include "bnb/core/blockwise8.h"
+#include "bnb/core/gemm4_packed.h"
 #include "bnb/core/gemv4.h"
 #include "bnb/ops/common/checks.h"
 #include "bnb/ops/common/output_alloc.h"
@@ -94,6 +102,26 @@ at::Tensor GemmByDequantize(const char* op, const at::Tensor& A, const at::Tenso
                             const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& absmax_8bit,
                             const c10::optional<at::Tensor>& absmax_code,
                             const c10::optional<at::Tensor>& absmax_offset);
+
+// Checks of pack_4bit; of gemm_4bit_packed (returns the output shape).
+void CheckPack(const char* op, const at::Tensor& B, at::IntArrayRef shapeB, const at::Tensor& absmax,
+               int64_t blocksize);
+std::vector<c10::SymInt> CheckGemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes,
+                                         const at::Tensor& scales, at::IntArrayRef shapeB, int64_t blocksize,
+                                         const at::Tensor& code, const c10::optional<at::Tensor>& bias);
+
+// The packed layout by ATen ops on any device (packed.cc), for backends without kernels of their own: the layout as
+// a permutation of the codes (pack), and the weight unpermuted, dequantized in A's dtype and multiplied (at::linear).
+std::tuple<at::Tensor, at::Tensor> PackByTensorOps(const at::Tensor& packed, int64_t N, int64_t K,
+                                                   const at::Tensor& absmax, int64_t blocksize);
+at::Tensor GemmPackedByTensorOps(const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales, int64_t N,
+                                 int64_t K, int64_t blocksize, const at::Tensor& code,
+                                 const c10::optional<at::Tensor>& bias);
+
+template <class Backend, class = void>
+struct HasPacked : std::false_type {};
+template <class Backend>
+struct HasPacked<Backend, std::void_t<decltype(&Backend::Pack), decltype(&Backend::GemmPacked)>> : std::true_type {};
 
 template <class Backend, class = void>
 struct ReadsNested : std::false_type {};
@@ -219,6 +247,38 @@ struct Ops {
     }
   }
 
+  static std::tuple<at::Tensor, at::Tensor> Pack4bit(const at::Tensor& B, at::IntArrayRef shapeB,
+                                                     const at::Tensor& absmax, int64_t blocksize) {
+    constexpr const char* op = "pack_4bit";
+    CheckPack(op, B, shapeB, absmax, blocksize);
+    const int64_t N = shapeB[0], K = shapeB[1];
+    if constexpr (Backend::kIsMeta) {
+      return {at::empty({core::Packed4CodeBytes(N, K)}, B.options().dtype(at::kByte)),
+              at::empty({core::Packed4ScaleCount(N, K, blocksize)}, B.options().dtype(at::kFloat))};
+    } else if constexpr (HasPacked<Backend>::value) {
+      at::Tensor codes = at::empty({core::Packed4CodeBytes(N, K)}, B.options().dtype(at::kByte));
+      at::Tensor scales = at::empty({core::Packed4ScaleCount(N, K, blocksize)}, B.options().dtype(at::kFloat));
+      Backend::Pack(op, PackedBytes(B), N, K, absmax, blocksize, codes, scales);
+      return {codes, scales};
+    } else {
+      return PackByTensorOps(PackedBytes(B), N, K, absmax, blocksize);
+    }
+  }
+
+  static at::Tensor GemmPacked4bit(const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
+                                   at::IntArrayRef shapeB, int64_t blocksize, const at::Tensor& code,
+                                   const c10::optional<at::Tensor>& bias) {
+    constexpr const char* op = "gemm_4bit_packed";
+    const std::vector<c10::SymInt> shape = CheckGemmPacked(op, A, codes, scales, shapeB, blocksize, code, bias);
+    if constexpr (Backend::kIsMeta) {
+      return at::empty_symint(shape, A.options());
+    } else if constexpr (HasPacked<Backend>::value) {
+      return Backend::GemmPacked(op, A, codes, scales, shapeB[0], shapeB[1], blocksize, code, bias);
+    } else {
+      return GemmPackedByTensorOps(A, codes, scales, shapeB[0], shapeB[1], blocksize, code, bias);
+    }
+  }
+
   static void Register(torch::Library& m) {
     m.impl("quantize_4bit", &Quantize4bit);
     m.impl("dequantize_4bit", &Dequantize4bit);
@@ -226,6 +286,8 @@ struct Ops {
     m.impl("gemv_4bit", &Gemv4bit);
     m.impl("gemv_4bit.out", &Gemv4bitOut);
     m.impl("gemm_4bit", &Gemm4bit);
+    m.impl("pack_4bit", &Pack4bit);
+    m.impl("gemm_4bit_packed", &GemmPacked4bit);
   }
 };
 

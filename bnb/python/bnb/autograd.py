@@ -8,6 +8,8 @@ from typing import Optional
 
 import torch
 
+from . import _C
+from . import config as bnb_config
 from . import functional as F
 from .quant_state import QuantState
 
@@ -67,7 +69,15 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
     if len(quant_state.shape) != 2:
         raise ValueError(f"matmul_4bit: quant_state.shape must be 2D [N, K], got {list(quant_state.shape)}")
     N, K = quant_state.shape
-    if A.shape[-1] == N and N != K:
+    packed = _cpu_packed(A, B, quant_state, bias)
+    if packed is not None:
+        codes, scales = packed
+        same = bias is None or bias.dtype == A.dtype  # else added in float32 after, as the other paths do
+        result = torch.ops.bnb.gemm_4bit_packed(A, codes, scales, [N, K], quant_state.blocksize,
+                                                F._code4(quant_state.quant_type, A.device), bias if same else None)
+        if not same:
+            result = _plus_bias(result, bias)
+    elif A.shape[-1] == N and N != K:
         result = _plus_bias(_matmul_kn(A, B, quant_state), bias)
     elif A.dtype not in _GEMV_DTYPES:
         result = _plus_bias(MatMul4Bit.apply(A, B, quant_state), bias)
@@ -84,6 +94,40 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
     if out is not None:
         return out.copy_(result)
     return result
+
+
+def _cpu_packed(A, B, quant_state, bias) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    """The weight's tiled CPU layout (codes, scales of bnb::pack_4bit) where this product takes it, else None: on the
+    CPU, in eager mode, without grad, knob cpu.pack_4bit on, a shape the layout takes, a CPU kernel for A's dtype and
+    rows, and every block scale finite (a non-finite one keeps gemv_4bit's rule). Made at first use and kept on
+    quant_state, keyed by the identity and version counter of B and of the scales' tensors: an in-place change
+    through them makes a new one (a write through .data, which bumps no version, is not seen)."""
+    if (A.device.type != "cpu" or B.device.type != "cpu" or torch.compiler.is_compiling()
+            or A.dtype not in _GEMV_DTYPES or A.dim() == 0):
+        return None
+    if torch.is_grad_enabled() and (A.requires_grad or (bias is not None and bias.requires_grad)):
+        return None
+    N, K = quant_state.shape
+    blocksize = quant_state.blocksize
+    if (A.shape[-1] != K or K % 64 or blocksize < 64 or K % blocksize or A.numel() == 0
+            or not bnb_config.get("cpu.pack_4bit")):
+        return None
+    if not _C.gemm4_packed_runs(str(A.dtype), A.numel() // K):
+        return None
+    sources = [B, quant_state.absmax]
+    if quant_state.nested:
+        sources += [quant_state.state2.absmax, quant_state.state2.code]
+        if isinstance(quant_state.offset, torch.Tensor):
+            sources.append(quant_state.offset)
+    key = tuple((t.data_ptr(), t._version, t.dtype, t.numel()) for t in sources) + ((N, K, blocksize),)
+    cached = getattr(quant_state, "_cpu_pack", None)
+    if cached is None or cached[0] != key:
+        scales = F._absmax_of(quant_state).float().contiguous()
+        if not bool(torch.isfinite(scales).all()):
+            quant_state._cpu_pack = (key, None)
+            return None
+        cached = quant_state._cpu_pack = (key, torch.ops.bnb.pack_4bit(B, [N, K], scales, blocksize))
+    return cached[1]
 
 
 def _matmul_kn(A, B, quant_state):

@@ -229,3 +229,88 @@ def gemm_4bit(A, B, shapeB, absmax, blocksize, quant_type, bias=None, absmax_8bi
     absmax = _scales(op, absmax, absmax_8bit, absmax_code, absmax_offset)
     W = dequantize_with_code(B, absmax, code4(quant_type, A.device), blocksize, shapeB, A.dtype)
     return torch.nn.functional.linear(A, W, bias)
+
+
+# The CPU layout of a 4-bit weight (bnb/core/gemm4_packed.h): rows in tiles of 16, columns in groups of 64; column
+# 64g + 32h + 2p + e of tile t's row j is nibble h (0: low) of byte ((t * K/64 + g) * 16 + p) * 32 + 2j + e, and
+# block c of that row is scale (t * K/blocksize + c) * 16 + j. Written here by each element's position.
+PACK_ROWS, PACK_COLS = 16, 64
+
+
+def _check_packed_shape(op, shapeB, blocksize) -> tuple[int, int]:
+    checks.check(len(shapeB) == 2 and shapeB[0] > 0 and shapeB[1] > 0,
+                 f"bnb::{op}: shapeB must be [N, K] with N, K > 0, got {list(shapeB)}")
+    checks.blocksize(op, blocksize)
+    N, K = shapeB
+    checks.check(K % PACK_COLS == 0 and blocksize >= PACK_COLS and K % blocksize == 0,
+                 f"bnb::{op}: the packed layout takes K ({K}) a multiple of {PACK_COLS} and of blocksize, and "
+                 f"blocksize >= {PACK_COLS}; got shapeB {list(shapeB)}, blocksize {blocksize}")
+    return N, K
+
+
+def _packed_positions(N, K, blocksize, device):
+    """For W's element (n, k): its byte and nibble in the layout's codes, and its block's index in its scales."""
+    n = torch.arange(N, device=device).view(N, 1)
+    k = torch.arange(K, device=device).view(1, K)
+    t, j = n // PACK_ROWS, n % PACK_ROWS
+    g, c = k // PACK_COLS, k % PACK_COLS
+    h, p, e = c // 32, (c % 32) // 2, c % 2
+    byte = ((t * (K // PACK_COLS) + g) * 16 + p) * 32 + 2 * j + e
+    scale = (t * (K // blocksize) + k // blocksize) * PACK_ROWS + j
+    return byte, h, scale
+
+
+@kernel("pack_4bit", differentiable=False, example=lambda d: ((_weight_example(d)[1], [32, 192],
+                                                               _weight_example(d)[2], 64), {}))
+def pack_4bit(B, shapeB, absmax, blocksize) -> tuple[torch.Tensor, torch.Tensor]:
+    op = "pack_4bit"
+    N, K = _check_packed_shape(op, shapeB, blocksize)
+    checks.packed_bytes(op, "B", B, N * K)
+    checks.dtype_is(op, "absmax", absmax, torch.float32)
+    checks.numel_is(op, "absmax", absmax, N * K // blocksize, "one scale per block (nested statistics dequantized "
+                    "first)")
+    checks.same_device(op, "absmax", absmax, B, "B")
+    tiles = (N + PACK_ROWS - 1) // PACK_ROWS
+    values = unpack_codes(B, N * K).view(N, K)
+    byte, h, scale = _packed_positions(N, K, blocksize, B.device)
+    codes = torch.zeros(tiles * PACK_ROWS * K // 2, dtype=torch.int64, device=B.device)
+    codes.scatter_add_(0, byte.reshape(-1), (values << (4 * h)).reshape(-1))
+    scales = torch.zeros(tiles * PACK_ROWS * (K // blocksize), dtype=torch.float32, device=B.device)
+    first = (torch.arange(K, device=B.device) % blocksize == 0).expand(N, K)  # one element per block
+    scales[scale[first]] = absmax.reshape(N, K // blocksize).reshape(-1)
+    return codes.to(torch.uint8), scales
+
+
+def _gemm_packed_example(device):
+    _, packed, absmax = _weight_example(device)
+    codes, scales = pack_4bit(packed, [32, 192], absmax, 64)
+    A = torch.randn(3, 192, generator=torch.Generator().manual_seed(1)).to(device, torch.bfloat16)
+    return (A, codes, scales, [32, 192], 64, code4("nf4", device)), \
+        {"bias": torch.ones(32, dtype=torch.bfloat16, device=device)}
+
+
+@kernel("gemm_4bit_packed", differentiable=False, example=_gemm_packed_example)
+def gemm_4bit_packed(A, codes, scales, shapeB, blocksize, code, bias=None) -> torch.Tensor:
+    """A @ W.T (+ bias), W dequantized from the layout in A's dtype (code value times scale in float32, rounded once),
+    as gemm_4bit."""
+    op = "gemm_4bit_packed"
+    checks.float_dtype(op, "A", A.dtype)
+    N, K = _check_packed_shape(op, shapeB, blocksize)
+    checks.check(A.dim() >= 1 and A.shape[-1] == K,
+                 f"bnb::{op}: A's last dimension ({list(A.shape)}) must equal shapeB[1] = {K}")
+    tiles = (N + PACK_ROWS - 1) // PACK_ROWS
+    checks.dtype_is(op, "codes", codes, torch.uint8)
+    checks.numel_is(op, "codes", codes, tiles * PACK_ROWS * K // 2, "the packed layout's bytes (pack_4bit)")
+    checks.same_device(op, "codes", codes, A)
+    checks.float32_tensor(op, "scales", scales, A, tiles * PACK_ROWS * (K // blocksize),
+                          "the packed layout's scales (pack_4bit)")
+    checks.float32_tensor(op, "code", code, A, 16, "the 16 values of the 4-bit type")
+    if bias is not None:
+        checks.same_device(op, "bias", bias, A)
+        checks.check(bias.dim() == 1 and bias.numel() == N,
+                     f"bnb::{op}: bias must be a vector of {N} values, got shape {list(bias.shape)}")
+        checks.dtype_is(op, "bias", bias, A.dtype)
+    byte, h, scale = _packed_positions(N, K, blocksize, A.device)
+    values = (codes.reshape(-1)[byte].to(torch.int64) >> (4 * h)) & 15
+    W = (code[values] * scales.reshape(-1)[scale]).to(A.dtype)
+    return torch.nn.functional.linear(A, W, bias)

@@ -1,0 +1,127 @@
+// The packed layout (gemm4_packed.h): packing, and the product's dispatch to the kernels of gemm4_packed_x86.cc.
+#include "bnb/core/gemm4_packed.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "bnb/core/gemm4_packed_x86.h"
+#include "bnb/core/gemv4.h"
+
+namespace bnb::core {
+
+bool Packed4Fits(int64_t N, int64_t K, int64_t blocksize) {
+  const bool power_of_two = blocksize > 0 && (blocksize & (blocksize - 1)) == 0;
+  return N >= 1 && K >= kPackCols && K % kPackCols == 0 && power_of_two && blocksize >= kPackCols &&
+         K % blocksize == 0;
+}
+
+void Pack4(const uint8_t* B, const float* absmax, int64_t N, int64_t K, int64_t blocksize, uint8_t* codes,
+           float* scales, int64_t t0, int64_t t1) {
+  const int64_t groups = K / kPackCols, blocks = K / blocksize;
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t j = 0; j < kPackRows; ++j) {
+      const int64_t n = t * kPackRows + j;
+      for (int64_t c = 0; c < blocks; ++c) {
+        scales[(t * blocks + c) * kPackRows + j] = n < N ? absmax[n * blocks + c] : 0.0f;
+      }
+      // Row n's 32 bytes of group g (B's byte i: column 2i in its high nibble, 2i + 1 in its low one) into byte
+      // 2j + e of the runs p: column 2p + e (byte p) low, 32 + 2p + e (byte 16 + p) high.
+      for (int64_t g = 0; g < groups; ++g) {
+        uint8_t* group = codes + (t * groups + g) * kPackGroupBytes;
+        if (n >= N) {
+          for (int p = 0; p < 16; ++p) group[32 * p + 2 * j] = group[32 * p + 2 * j + 1] = 0;
+          continue;
+        }
+        const uint8_t* row = B + (n * K + g * kPackCols) / 2;
+        for (int p = 0; p < 16; ++p) {
+          const uint8_t first = row[p], second = row[16 + p];
+          group[32 * p + 2 * j] = static_cast<uint8_t>((first >> 4) | (second & 0xF0));
+          group[32 * p + 2 * j + 1] = static_cast<uint8_t>((first & 0x0F) | (second << 4));
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// Which kernel a call takes: the bfloat16 ones where gemv4's dispatch would take its bfloat16 kernel, the float32
+// one where it would take its AVX-512 float32 kernel (K = 128 stands for any multiple of 128: the packed kernels
+// take any multiple of 64).
+enum class PackedKernel { kNone, kBf16, kF32 };
+
+PackedKernel Choose(DType dtype, bool bf16_products) {
+  switch (ActiveGemv4Kernel(dtype, 128, bf16_products)) {
+    case Gemv4Kernel::kAvx512Bf16: return PackedKernel::kBf16;
+    case Gemv4Kernel::kAvx512: return PackedKernel::kF32;
+    case Gemv4Kernel::kHighway: break;
+  }
+  return PackedKernel::kNone;
+}
+
+// Rows of bfloat16 products per call: above, dequantize + addmm in bands is the CPU path (gemv4.h's Gemm4Small).
+constexpr int64_t kMaxBf16Rows = 32;
+
+}  // namespace
+
+bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products) {
+  switch (Choose(dtype, bf16_products)) {
+    case PackedKernel::kBf16: return M >= 1 && M <= kMaxBf16Rows;
+    case PackedKernel::kF32: return M == 1;
+    case PackedKernel::kNone: break;
+  }
+  return false;
+}
+
+void Gemm4Packed(DType dtype, const void* A, int64_t M, const Packed4& w, const float* code16, const void* bias,
+                 void* out, int64_t t0, int64_t t1, bool bf16_products) {
+#if BNB_GEMV4_X86
+  const PackedKernel kernel = Choose(dtype, bf16_products);
+  const int64_t K = w.K;
+  // A as the kernel reads it: bfloat16 rows arranged by group (group g's row r at (g * M + r) * 64) for several
+  // rows; float32 rows as they are (converted from float16 / bfloat16).
+  std::vector<uint16_t> a16;
+  std::vector<float> a32;
+  const void* a = A;
+  if (kernel == PackedKernel::kBf16 && M > 1) {
+    a16.resize(M * K);
+    for (int64_t g = 0; g < K / kPackCols; ++g) {
+      for (int64_t r = 0; r < M; ++r) {
+        std::memcpy(&a16[(g * M + r) * kPackCols], static_cast<const uint16_t*>(A) + r * K + g * kPackCols,
+                    kPackCols * sizeof(uint16_t));
+      }
+    }
+    a = a16.data();
+  } else if (kernel == PackedKernel::kF32 && dtype != DType::kFloat32) {
+    a32.resize(M * K);
+    for (int64_t i = 0; i < M * K; ++i) a32[i] = LoadAsFloat(dtype, A, i);
+    a = a32.data();
+  }
+  std::vector<float> sums(M * kPackRows);
+  for (int64_t t = t0; t < t1; ++t) {
+    if (kernel == PackedKernel::kBf16 && M == 1) {
+      packed4_x86::TileBf16One(static_cast<const uint16_t*>(a), w, code16, t, sums.data());
+    } else if (kernel == PackedKernel::kBf16) {
+      packed4_x86::TileBf16Rows(static_cast<const uint16_t*>(a), M, w, code16, t, sums.data());
+    } else {
+      packed4_x86::TileF32Rows(static_cast<const float*>(a), M, w, code16, t, sums.data());
+    }
+    const int64_t rows = std::min(kPackRows, w.N - t * kPackRows);
+    for (int64_t j = 0; j < rows; ++j) {
+      const int64_t n = t * kPackRows + j;
+      const float add = bias == nullptr ? 0.0f : LoadAsFloat(dtype, bias, n);
+      for (int64_t r = 0; r < M; ++r) {
+        float v = sums[r * kPackRows + j];
+        if (bias != nullptr) v = v + add;
+        StoreFromFloat(dtype, out, r * w.N + n, v);
+      }
+    }
+  }
+#else
+  (void)dtype, (void)A, (void)M, (void)w, (void)code16, (void)bias, (void)out, (void)t0, (void)t1;
+  (void)bf16_products;
+#endif
+}
+
+}  // namespace bnb::core

@@ -1,0 +1,62 @@
+// A CPU layout of a 4-bit weight for the matrix product (gemv4.h's W, N x K, bitsandbytes' row-major packing), made
+// once when a layer is used on the CPU: rows in tiles of 16, so one stream of bytes feeds 16 rows at a time, each
+// load of A serves all of them, and a tile's 16 block scales are one vector.
+//
+// Tile t holds W's rows 16t .. 16t + 15 (rows past N: code 0 and scale 0, so they sum to 0). Its K columns are
+// groups of 64; group g of tile t is 512 bytes at codes + (t * K / 64 + g) * 512, in 16 runs of 32 bytes. Byte
+// 2j + e of run p holds, for the tile's row j and e in {0, 1}:
+//   low nibble:  the code of column 64g + 2p + e
+//   high nibble: the code of column 64g + 32 + 2p + e
+// so a run widened to 16-bit lanes puts row j's column pair (k, k + 1) in one 32-bit lane (what vdpbf16ps takes),
+// and widened to 32-bit lanes, half a run puts 8 rows' pairs side by side (the float32 kernels).
+// Scales: blocks lie within rows (K % blocksize == 0), and tile t's block c (columns c * blocksize ...) has its 16
+// rows' absmax at scales + (t * K / blocksize + c) * 16.
+#pragma once
+
+#include <cstdint>
+
+#include "bnb/core/dtype.h"
+
+namespace bnb::core {
+
+inline constexpr int64_t kPackRows = 16;   // rows per tile
+inline constexpr int64_t kPackCols = 64;   // columns per group
+inline constexpr int64_t kPackGroupBytes = kPackRows * kPackCols / 2;
+
+// The shapes the layout takes: K a positive multiple of 64, blocksize a power of two >= 64 dividing K, N >= 1.
+bool Packed4Fits(int64_t N, int64_t K, int64_t blocksize);
+inline int64_t Packed4Tiles(int64_t N) { return (N + kPackRows - 1) / kPackRows; }
+inline int64_t Packed4CodeBytes(int64_t N, int64_t K) { return Packed4Tiles(N) * kPackRows * K / 2; }
+inline int64_t Packed4ScaleCount(int64_t N, int64_t K, int64_t blocksize) {
+  return Packed4Tiles(N) * kPackRows * (K / blocksize);
+}
+
+struct Packed4 {
+  const uint8_t* codes;
+  const float* scales;
+  int64_t N, K, blocksize;
+};
+
+// Tiles [t0, t1) of the layout from B (blockwise4.h packing) and absmax (one float per block, all finite: rows with
+// an infinite or NaN scale follow gemv4.h's definition, which this layout does not keep). Threads may split tiles.
+void Pack4(const uint8_t* B, const float* absmax, int64_t N, int64_t K, int64_t blocksize, uint8_t* codes,
+           float* scales, int64_t t0, int64_t t1);
+
+// Whether Gemm4Packed runs for A of `dtype` and M rows on this CPU under the cpu.isa cap: AVX-512 with AVX512-BW,
+// one row of any dtype, or 1-32 rows of bfloat16 with AVX512-BF16 and bf16_products (gemv4.h's knob).
+bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products = true);
+
+// out[r, n] = sum_k A[r, k] * W[n, k] (+ bias[n]) for the M rows of A (row-major, K apart, `dtype`) and W's rows in
+// tiles [t0, t1) (those below N), out row-major (N apart) and bias (N values or null) in `dtype`; each output
+// rounded once from float32. The products, as Gemv4's kernels define them (gemv4.h):
+//   - bfloat16 A (bf16_products, 1-32 rows): the code values rounded to bfloat16, multiplied by vdpbf16ps, each
+//     group's sums scaled in float32 (as exact as a bfloat16 product with a dequantized bfloat16 weight);
+//   - any other A (float32, float16, or bfloat16 without bf16_products; one row): float32 products of the exact code
+//     values, each block's sums scaled in float32.
+// Sums run in another order than the definition: close to it, not bit for bit (integer data below 2^24 exactly).
+// A scale that is infinite or NaN enters as a factor of its block's sum (gemv4.h's rows with one follow the
+// definition instead; callers that want that keep such weights unpacked). Only where Gemm4PackedRuns says so.
+void Gemm4Packed(DType dtype, const void* A, int64_t M, const Packed4& w, const float* code16, const void* bias,
+                 void* out, int64_t t0, int64_t t1, bool bf16_products = true);
+
+}  // namespace bnb::core

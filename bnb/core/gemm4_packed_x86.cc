@@ -1,0 +1,203 @@
+// The AVX-512 kernels of the packed 4-bit product (gemm4_packed_x86.h), compiled with target attributes as
+// gemv4_x86.cc's (which says why).
+//
+// A run of 32 bytes (16 rows x a column pair, gemm4_packed.h) widened to 16-bit lanes is looked up by one vpermw
+// into the 16 code values (as bfloat16, the table twice: vpermw reads 5 index bits, and a byte's bit 4 is its high
+// nibble's lowest); shifted right by 4, the high nibbles give the pair 32 columns on. Widened to 32-bit lanes, half a
+// run (8 rows) is looked up by vpermps, which reads 4 index bits. A pair of A's columns is one 32-bit broadcast
+// (bfloat16) or one 64-bit broadcast (float32), so no per-row layout of A is needed.
+#include "bnb/core/gemm4_packed_x86.h"
+
+#if BNB_GEMV4_X86
+
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "bnb/core/dtype.h"
+
+#define BNB_TARGET_AVX512 __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq")))
+#define BNB_TARGET_AVX512BF16 __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+namespace bnb::core::packed4_x86 {
+namespace {
+
+// Non-temporal prefetch this far ahead in the codes, which one call reads once, as one stream.
+constexpr int64_t kAhead = 2048;
+
+inline void PrefetchGroup(const uint8_t* run) {
+#pragma GCC unroll 8
+  for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(run + kAhead + 64 * l), _MM_HINT_NTA);
+}
+
+// A's column pair at p: two bfloat16 (one 32-bit lane, broadcast) or two float32 (one 64-bit lane, broadcast).
+BNB_TARGET_AVX512BF16 inline __m512bh PairBf16(const uint16_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(v));
+}
+BNB_TARGET_AVX512 inline __m512 PairF32(const float* p) {
+  double v;
+  std::memcpy(&v, p, 8);
+  return _mm512_castpd_ps(_mm512_set1_pd(v));
+}
+
+// The bfloat16 code values of 32 index lanes (the table twice: vpermw reads 5 bits).
+BNB_TARGET_AVX512BF16 inline __m512bh Codes(__m512i idx, __m512i table) {
+  return reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(idx, table));
+}
+
+// 8 rows' pairs of a half run (lanes 2j + e: row j, column e of the pair): the low nibbles' codes, and with
+// shift 4 the high nibbles'.
+BNB_TARGET_AVX512 inline __m512i HalfRun(const uint8_t* half) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(half)));
+}
+
+// Each row's scale in both lanes of its pair: rows 0-7 (kHigh false) or 8-15 of a tile's 16 scales.
+template <bool kHigh>
+BNB_TARGET_AVX512 inline __m512 PairScales(__m512 scales) {
+  const __m512i idx = kHigh ? _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8)
+                            : _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  return _mm512_permutexvar_ps(idx, scales);
+}
+
+// Sums of lanes 2j and 2j + 1 of lo (rows 0-7) and hi (rows 8-15), in row order.
+BNB_TARGET_AVX512 inline __m512 PairTotals(__m512 lo, __m512 hi) {
+  const __m512 lo2 = _mm512_add_ps(lo, _mm512_permute_ps(lo, 0xB1));  // swap the lanes of each pair
+  const __m512 hi2 = _mm512_add_ps(hi, _mm512_permute_ps(hi, 0xB1));
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  return _mm512_permutex2var_ps(lo2, even, hi2);
+}
+
+// R rows of A (arranged: the group's row r at a + r * 64) against one group of a tile (its runs at run, its block
+// scales sv), added to the rows' sums (16 lanes each, in memory between groups): each run looked up once per pass
+// for all R rows, two chains per row to cover vdpbf16ps' latency.
+template <int R>
+BNB_TARGET_AVX512BF16 inline void RowsPass(const uint8_t* run, __m512i table, __m512 sv, const uint16_t* a,
+                                           float* sums) {
+  __m512 e[R], o[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) e[r] = _mm512_setzero_ps(), o[r] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int p = 0; p < 16; ++p) {
+    const __m512i x = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(run + 32 * p)));
+    const __m512bh w0 = Codes(x, table), w1 = Codes(_mm512_srli_epi16(x, 4), table);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      e[r] = _mm512_dpbf16_ps(e[r], w0, PairBf16(a + r * kPackCols + 2 * p));
+      o[r] = _mm512_dpbf16_ps(o[r], w1, PairBf16(a + r * kPackCols + 32 + 2 * p));
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* s = sums + 16 * r;
+    _mm512_storeu_ps(s, _mm512_fmadd_ps(_mm512_add_ps(e[r], o[r]), sv, _mm512_loadu_ps(s)));
+  }
+}
+
+// The 16 code values as bfloat16, twice (vpermw's 32 entries).
+BNB_TARGET_AVX512BF16 inline __m512i Bf16Table(const float* code16) {
+  uint16_t table16[32];
+  for (int i = 0; i < 32; ++i) table16[i] = FloatToBF16(code16[i % 16]);
+  return _mm512_loadu_si512(table16);
+}
+
+}  // namespace
+
+BNB_TARGET_AVX512BF16 void TileBf16One(const uint16_t* a, const Packed4& w, const float* code16, int64_t t,
+                                       float* sums) {
+  const __m512i table = Bf16Table(code16);
+  const int64_t groups = w.K / kPackCols, per_block = w.blocksize / kPackCols, blocks = w.K / w.blocksize;
+  const uint8_t* q = w.codes + t * groups * kPackGroupBytes;
+  const float* scales = w.scales + t * blocks * kPackRows;
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t c = 0; c < blocks; ++c) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int64_t g = c * per_block; g < (c + 1) * per_block; ++g) {
+      const uint8_t* run = q + g * kPackGroupBytes;
+      const uint16_t* ag = a + g * kPackCols;
+      PrefetchGroup(run);
+#pragma GCC unroll 8
+      for (int p = 0; p < 16; p += 2) {
+        const __m512i x0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(run + 32 * p)));
+        const __m512i x1 =
+            _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(run + 32 * p + 32)));
+        s0 = _mm512_dpbf16_ps(s0, Codes(x0, table), PairBf16(ag + 2 * p));
+        s1 = _mm512_dpbf16_ps(s1, Codes(_mm512_srli_epi16(x0, 4), table), PairBf16(ag + 32 + 2 * p));
+        s2 = _mm512_dpbf16_ps(s2, Codes(x1, table), PairBf16(ag + 2 * p + 2));
+        s3 = _mm512_dpbf16_ps(s3, Codes(_mm512_srli_epi16(x1, 4), table), PairBf16(ag + 34 + 2 * p));
+      }
+    }
+    const __m512 sum = _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
+    acc = _mm512_fmadd_ps(sum, _mm512_loadu_ps(scales + c * kPackRows), acc);
+  }
+  _mm512_storeu_ps(sums, acc);
+}
+
+BNB_TARGET_AVX512BF16 void TileBf16Rows(const uint16_t* a, int64_t M, const Packed4& w, const float* code16,
+                                        int64_t t, float* sums) {
+  const __m512i table = Bf16Table(code16);
+  const int64_t groups = w.K / kPackCols, per_block = w.blocksize / kPackCols, blocks = w.K / w.blocksize;
+  const uint8_t* q = w.codes + t * groups * kPackGroupBytes;
+  const float* scales = w.scales + t * blocks * kPackRows;
+  std::memset(sums, 0, sizeof(float) * kPackRows * M);
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* run = q + g * kPackGroupBytes;
+    PrefetchGroup(run);
+    const __m512 sv = _mm512_loadu_ps(scales + g / per_block * kPackRows);
+    const uint16_t* ag = a + g * M * kPackCols;
+    int64_t r = 0;
+    for (; r + 8 <= M; r += 8) RowsPass<8>(run, table, sv, ag + r * kPackCols, sums + r * kPackRows);
+    const uint16_t* ar = ag + r * kPackCols;
+    float* sr = sums + r * kPackRows;
+    switch (M - r) {
+      case 7: RowsPass<7>(run, table, sv, ar, sr); break;
+      case 6: RowsPass<6>(run, table, sv, ar, sr); break;
+      case 5: RowsPass<5>(run, table, sv, ar, sr); break;
+      case 4: RowsPass<4>(run, table, sv, ar, sr); break;
+      case 3: RowsPass<3>(run, table, sv, ar, sr); break;
+      case 2: RowsPass<2>(run, table, sv, ar, sr); break;
+      case 1: RowsPass<1>(run, table, sv, ar, sr); break;
+      default: break;
+    }
+  }
+}
+
+BNB_TARGET_AVX512 void TileF32Rows(const float* a, int64_t M, const Packed4& w, const float* code16, int64_t t,
+                                   float* sums) {
+  const __m512 table = _mm512_loadu_ps(code16);
+  const int64_t groups = w.K / kPackCols, per_block = w.blocksize / kPackCols, blocks = w.K / w.blocksize;
+  const uint8_t* q = w.codes + t * groups * kPackGroupBytes;
+  const float* scales = w.scales + t * blocks * kPackRows;
+  for (int64_t r = 0; r < M; ++r) {
+    const float* ar = a + r * w.K;
+    __m512 lo = _mm512_setzero_ps(), hi = lo;
+    for (int64_t c = 0; c < blocks; ++c) {
+      __m512 b0 = _mm512_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
+      for (int64_t g = c * per_block; g < (c + 1) * per_block; ++g) {
+        const uint8_t* run = q + g * kPackGroupBytes;
+        const float* ag = ar + g * kPackCols;
+        if (r == 0) PrefetchGroup(run);
+#pragma GCC unroll 4
+        for (int p = 0; p < 16; ++p) {
+          const __m512 pl = PairF32(ag + 2 * p), ph = PairF32(ag + 32 + 2 * p);
+          const __m512i x0 = HalfRun(run + 32 * p), x1 = HalfRun(run + 32 * p + 16);
+          b0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(x0, table), pl, b0);
+          b1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(x1, table), pl, b1);
+          b2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x0, 4), table), ph, b2);
+          b3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x1, 4), table), ph, b3);
+        }
+      }
+      const __m512 sv = _mm512_loadu_ps(scales + c * kPackRows);
+      lo = _mm512_fmadd_ps(_mm512_add_ps(b0, b2), PairScales<false>(sv), lo);
+      hi = _mm512_fmadd_ps(_mm512_add_ps(b1, b3), PairScales<true>(sv), hi);
+    }
+    _mm512_storeu_ps(sums + r * kPackRows, PairTotals(lo, hi));
+  }
+}
+
+}  // namespace bnb::core::packed4_x86
+
+#endif  // BNB_GEMV4_X86

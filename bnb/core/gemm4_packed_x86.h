@@ -1,0 +1,22 @@
+// The AVX-512 kernels of the packed 4-bit product (gemm4_packed.h), one tile of 16 rows of W at a time.
+#pragma once
+
+#include <cstdint>
+
+#include "bnb/core/gemm4_packed.h"
+#include "bnb/core/gemv4_x86.h"  // BNB_GEMV4_X86
+
+#if BNB_GEMV4_X86
+namespace bnb::core::packed4_x86 {
+
+// Each writes tile t's float32 sums for the rows of A: sums[r * 16 + j] for A's row r and the tile's row j.
+// One row of bfloat16 A: unscaled bfloat16 code values by vdpbf16ps, each block's sums scaled in float32.
+void TileBf16One(const uint16_t* a, const Packed4& w, const float* code16, int64_t t, float* sums);
+// M rows of bfloat16 A, arranged by group (group g's row r at a + (g * M + r) * 64): as TileBf16One, each run looked
+// up once per pass of up to 8 rows, each group's sums scaled in float32.
+void TileBf16Rows(const uint16_t* a, int64_t M, const Packed4& w, const float* code16, int64_t t, float* sums);
+// M rows of float32 A (K apart), one at a time: exact code values, float32 multiply-adds, blocks scaled in float32.
+void TileF32Rows(const float* a, int64_t M, const Packed4& w, const float* code16, int64_t t, float* sums);
+
+}  // namespace bnb::core::packed4_x86
+#endif

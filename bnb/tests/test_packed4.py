@@ -1,0 +1,150 @@
+"""The CPU layout of a 4-bit weight: bnb::pack_4bit and bnb::gemm_4bit_packed against the reference kernels, and
+matmul_4bit / Linear4bit taking it (knob cpu.pack_4bit): same results as bitsandbytes' layout within rounding, a new
+layout when the weight changes, state dicts untouched."""
+
+import pytest
+import torch
+
+import bnb
+from bnb import _C
+from bnb import functional as F
+from bnb.reference import blockwise4 as ref
+
+
+def weight(N, K, blocksize, seed=0):
+    W = torch.randn(N, K, generator=torch.Generator().manual_seed(seed))
+    B, absmax = torch.ops.bnb.quantize_4bit(W, blocksize, "nf4", torch.uint8)
+    return B, absmax
+
+
+@pytest.mark.parametrize("N, K, blocksize", [(1, 64, 64), (37, 192, 64), (16, 256, 128), (40, 1024, 1024)])
+def test_pack_is_the_references_layout(N, K, blocksize):
+    B, absmax = weight(N, K, blocksize)
+    codes, scales = torch.ops.bnb.pack_4bit(B, [N, K], absmax, blocksize)
+    want_codes, want_scales = ref.pack_4bit(B, [N, K], absmax, blocksize)
+    assert torch.equal(codes, want_codes) and torch.equal(scales, want_scales)
+    # Meta: the same shapes.
+    mc, ms = torch.ops.bnb.pack_4bit(B.to("meta"), [N, K], absmax.to("meta"), blocksize)
+    assert mc.shape == codes.shape and ms.shape == scales.shape
+
+
+def test_integer_data_is_exact_through_the_op():
+    # Code values -8..7, power-of-two scales, integer A: every kernel's sums are exact, so all equal the float64 sum.
+    N, K, bs = 33, 512, 64
+    g = torch.Generator().manual_seed(3)
+    B = torch.randint(0, 256, (N * K // 2,), generator=g, dtype=torch.uint8)
+    absmax = 2.0 ** torch.randint(-2, 3, (N * K // bs,), generator=g).float()
+    code = torch.arange(-8, 8, dtype=torch.float32)
+    codes, scales = torch.ops.bnb.pack_4bit(B, [N, K], absmax, bs)
+    W = ref.dequantize_with_code(B, absmax, code, bs, [N, K], torch.float64)
+    for dtype in (torch.bfloat16, torch.float32, torch.float16):
+        for M in (1, 2, 9, 16, 32, 40):
+            A = torch.randint(-3, 4, (M, K), generator=g).to(dtype)
+            got = torch.ops.bnb.gemm_4bit_packed(A, codes, scales, [N, K], bs, code)
+            want = (A.double() @ W.T).to(dtype)
+            assert torch.equal(got, want), (dtype, M)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
+@pytest.mark.parametrize("M", [1, 3, 16, 33])
+def test_product_is_as_exact_as_the_reference(dtype, M):
+    N, K, bs = 70, 1024, 64
+    B, absmax = weight(N, K, bs, seed=M)
+    code = ref.code4("nf4")
+    codes, scales = torch.ops.bnb.pack_4bit(B, [N, K], absmax, bs)
+    A = torch.randn(M, K, generator=torch.Generator().manual_seed(5)).to(dtype)
+    bias = torch.randn(N, generator=torch.Generator().manual_seed(6)).to(dtype)
+    got = torch.ops.bnb.gemm_4bit_packed(A, codes, scales, [N, K], bs, code, bias)
+    want = ref.gemm_4bit_packed(A, codes, scales, [N, K], bs, code, bias)
+    exact = A.double() @ ref.dequantize_with_code(B, absmax, code, bs, [N, K], torch.float64).T + bias.double()
+    err, ref_err = (got.double() - exact).abs().mean(), (want.double() - exact).abs().mean()
+    assert err <= ref_err * 1.05, (err, ref_err)
+    if not _C.gemm4_packed_runs(str(dtype), M):  # the weight dequantized by ATen ops: the reference's bits
+        assert torch.equal(got, want)
+
+
+def test_bad_arguments_name_what_is_wrong():
+    B, absmax = weight(8, 96, 32)
+    with pytest.raises(RuntimeError, match=r"pack_4bit: the packed layout takes K \(96\) a multiple of 64"):
+        torch.ops.bnb.pack_4bit(B, [8, 96], absmax, 32)
+    B, absmax = weight(8, 128, 64)
+    codes, scales = torch.ops.bnb.pack_4bit(B, [8, 128], absmax, 64)
+    code = ref.code4("nf4")
+    with pytest.raises(RuntimeError, match="gemm_4bit_packed: codes"):
+        torch.ops.bnb.gemm_4bit_packed(torch.randn(1, 128), codes[:-1], scales, [8, 128], 64, code)
+    with pytest.raises(RuntimeError, match=r"A's last dimension"):
+        torch.ops.bnb.gemm_4bit_packed(torch.randn(1, 64), codes, scales, [8, 128], 64, code)
+    with pytest.raises(RuntimeError, match="scales"):
+        torch.ops.bnb.gemm_4bit_packed(torch.randn(1, 128), codes, scales.double(), [8, 128], 64, code)
+
+
+def linear(compress, dtype=torch.bfloat16):
+    torch.manual_seed(0)
+    layer = bnb.nn.Linear4bit(256, 80, bias=True, compute_dtype=dtype, quant_type="nf4",
+                              compress_statistics=compress).to(dtype).to("cpu")
+    return layer.eval()
+
+
+def dense_result(layer, x):
+    state = layer.weight.quant_state  # the weight in float64, not in the layer's bfloat16
+    W = ref.dequantize_with_code(layer.weight.data, F._absmax_of(state), ref.code4(state.quant_type), state.blocksize,
+                                 list(state.shape), torch.float64)
+    return x.double() @ W.T + layer.bias.double()
+
+
+@pytest.fixture
+def knob():
+    yield
+    bnb.config.unset("cpu.pack_4bit")
+
+
+@pytest.mark.parametrize("compress", [False, True])
+@pytest.mark.parametrize("rows", [1, 16])
+def test_linear4bit_takes_the_layout_without_grad(knob, compress, rows):
+    layer = linear(compress)
+    x = torch.randn(rows, 256, dtype=torch.bfloat16)
+    state = layer.weight.quant_state
+    with torch.no_grad():
+        bnb.config.set("cpu.pack_4bit", False)
+        plain = layer(x)
+        assert getattr(state, "_cpu_pack", None) is None
+        bnb.config.set("cpu.pack_4bit", True)
+        packed = layer(x)
+    runs = _C.gemm4_packed_runs("bfloat16", rows)
+    assert (getattr(state, "_cpu_pack", None) is not None) == runs
+    exact = dense_result(layer, x)
+    assert (packed.double() - exact).abs().mean() <= 1.1 * (plain.double() - exact).abs().mean()
+    # The state dict is bitsandbytes' layout, as before.
+    keys = set(layer.state_dict())
+    assert not any("pack" in k for k in keys)
+
+
+def test_a_changed_weight_gets_a_new_layout(knob):
+    layer = linear(False)
+    x = torch.randn(1, 256, dtype=torch.bfloat16)
+    with torch.no_grad():
+        first = layer(x)
+        # In place through the parameter (its version counter moves): codes of another weight.
+        other = linear(False)
+        other_B = other.weight.data.clone()
+        layer.weight.copy_(torch.flip(other_B, [0]))
+        layer.weight.quant_state.absmax.mul_(2)
+        second = layer(x)
+        bnb.config.set("cpu.pack_4bit", False)
+        plain = layer(x)
+    assert not torch.equal(first, second)
+    torch.testing.assert_close(second.float(), plain.float(), rtol=0.02, atol=0.05)
+
+
+def test_grad_and_non_finite_scales_keep_bitsandbytes_layout(knob):
+    layer = linear(False, torch.float32)
+    x = torch.randn(1, 256, requires_grad=True)
+    layer(x).sum().backward()  # grad wanted: the differentiable op
+    assert x.grad is not None and getattr(layer.weight.quant_state, "_cpu_pack", None) is None
+    layer.weight.quant_state.absmax[3] = float("inf")
+    with torch.no_grad():
+        y = layer(x.detach())
+        bnb.config.set("cpu.pack_4bit", False)
+        plain = layer(x.detach())
+    assert layer.weight.quant_state._cpu_pack[1] is None  # checked once, then kept unpacked
+    assert torch.equal(torch.isnan(y), torch.isnan(plain))
