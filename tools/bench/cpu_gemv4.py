@@ -29,6 +29,12 @@ def bnb_case(W, dtype, blocksize):
     return weight_bytes, lambda a: F.gemv_4bit(a, packed, state=state)
 
 
+def bnb_matmul_case(W, dtype, blocksize):
+    """matmul_4bit, as Linear4bit's forward calls it: on the CPU the tiled copy of the weight (cpu.pack_4bit)."""
+    packed, state = F.quantize_4bit(W.to(dtype), blocksize=blocksize, quant_type="nf4", compress_statistics=True)
+    return lambda a: bnb.matmul_4bit(a, packed.t(), state)
+
+
 def real_bitsandbytes():
     """bitsandbytes itself, or None where it is not importable or is bnb's companion package (which would time bnb
     under the peer's name)."""
@@ -105,7 +111,8 @@ def shape_rows(shapes, dtype, blocksize, rounds, with_peers):
         nbytes, fn = bnb_case(W, dtype, blocksize)
         weight_bytes += nbytes
         ours.append((W.shape[1], fn))
-    impls = [("bnb gemv_4bit", ours)]
+    impls = [("bnb gemv_4bit", ours),
+             ("bnb matmul_4bit (tiled)", [(W.shape[1], bnb_matmul_case(W, dtype, blocksize)) for W in Ws])]
     if with_peers:
         for name, make in (("bitsandbytes gemv_4bit", bitsandbytes_case),
                            ("bitsandbytes Linear4bit", bitsandbytes_linear_case),

@@ -2,6 +2,7 @@
 // gemm_4bit, which dequantizes through the dispatcher: this library's dequantize_4bit serves it), this Backend the
 // kernels: bnb/core's CPU kernels on bnbdev's host memory, on one thread.
 #include "bnb/core/blockwise4.h"
+#include "bnb/core/gemm4_packed.h"
 #include "bnb/core/gemv4.h"
 #include "bnb/ops/blockwise4/ops.h"
 #include "bnb/tests/device/kernels/calls.h"
@@ -38,6 +39,35 @@ struct Bnbdev {
     const at::Tensor a = A.contiguous(), am = absmax.contiguous(), c = code.contiguous();
     core::Gemv4(dtype, a.data_ptr(), packed.data_ptr<uint8_t>(), am.data_ptr<float>(), c.data_ptr<float>(), N, K,
                 blocksize, out.data_ptr(), 0, N);
+  }
+
+  static void Pack(const char* op, const at::Tensor& packed, int64_t N, int64_t K, const at::Tensor& absmax,
+                   int64_t blocksize, at::Tensor& codes, at::Tensor& scales) {
+    CountCall(op);
+    const at::Tensor am = absmax.contiguous();
+    core::Pack4(packed.data_ptr<uint8_t>(), am.data_ptr<float>(), N, K, blocksize, codes.data_ptr<uint8_t>(),
+                scales.data_ptr<float>(), 0, core::Packed4Tiles(N));
+  }
+
+  // bnb/core's kernel where it has one (the default cpu.gemv_bf16_products), else the ATen composition of ops.h.
+  static at::Tensor GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
+                               int64_t N, int64_t K, int64_t blocksize, const at::Tensor& code,
+                               const c10::optional<at::Tensor>& bias) {
+    CountCall(op);
+    const core::DType dtype = bnb::ops::FloatDType(op, "A", A.scalar_type());
+    const int64_t M = A.numel() / K;
+    if (!core::Gemm4PackedRuns(dtype, M)) {
+      return bnb::ops::blockwise4::GemmPackedByTensorOps(A, codes, scales, N, K, blocksize, code, bias);
+    }
+    const at::Tensor a = A.contiguous(), c = code.contiguous(), cs = codes.contiguous(), ss = scales.contiguous();
+    const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
+    std::vector<int64_t> shape(A.sizes().begin(), A.sizes().end());
+    shape.back() = N;
+    at::Tensor out = at::empty(shape, A.options());
+    const core::Packed4 w{cs.data_ptr<uint8_t>(), ss.data_ptr<float>(), N, K, blocksize};
+    core::Gemm4Packed(dtype, a.data_ptr(), M, w, c.data_ptr<float>(), b.defined() ? b.data_ptr() : nullptr,
+                      out.data_ptr(), 0, core::Packed4Tiles(N));
+    return out;
   }
 };
 
