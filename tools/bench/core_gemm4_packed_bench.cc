@@ -3,7 +3,6 @@
 // cache, so each call reads its weight from memory, and a copy of as many bytes as the limit.
 // Usage: core_gemm4_packed_bench [--rounds N]
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "bnb/core/blockwise4.h"
+#include "tools/bench/core_bench.h"
 #include "bnb/core/dtype.h"
 #include "bnb/core/gemm4_packed.h"
 #include "bnb/core/gemv4.h"
@@ -36,13 +36,7 @@ void Parallel(int threads, const std::function<void(int, int)>& fn) {
 
 template <class Fn>
 double BestUs(int rounds, const Fn& fn) {
-  double best = 1e30;
-  for (int r = 0; r < rounds; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
+  return bnb::bench::BestNs(fn, rounds) / 1000.0;
 }
 
 struct Weight {
