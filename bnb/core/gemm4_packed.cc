@@ -60,8 +60,10 @@ PackedKernel Choose(DType dtype, bool bf16_products) {
   return PackedKernel::kNone;
 }
 
-// Rows of bfloat16 products per call: above, dequantize + addmm in bands is the CPU path (gemv4.h's Gemm4Small).
-constexpr int64_t kMaxBf16Rows = 32;
+// Rows of bfloat16 products per call. Above, dequantize + addmm in bands (the gemm_4bit CPU path) wins: oneDNN's
+// bfloat16 product runs near the vdpbf16ps ceiling, these kernels at ~84% of it; at 4096x4096 they beat it to 64
+// rows, tie at 128 and lose from 256 (tools/bench/NOTES.md, 'Tiled CPU layout').
+constexpr int64_t kMaxBf16Rows = 64;
 
 }  // namespace
 

@@ -73,27 +73,48 @@ BNB_TARGET_AVX512 inline __m512 PairTotals(__m512 lo, __m512 hi) {
 
 // R rows of A (arranged: the group's row r at a + r * 64) against one group of a tile (its runs at run, its block
 // scales sv), added to the rows' sums (16 lanes each, in memory between groups): each run looked up once per pass
-// for all R rows, two chains per row to cover vdpbf16ps' latency.
+// for all R rows (the lookups share the vector pipes with vdpbf16ps: more rows per pass, fewer per product). Rows
+// fewer than vdpbf16ps' latency in cycles get a second chain each.
 template <int R>
 BNB_TARGET_AVX512BF16 inline void RowsPass(const uint8_t* run, __m512i table, __m512 sv, const uint16_t* a,
                                            float* sums) {
-  __m512 e[R], o[R];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) e[r] = _mm512_setzero_ps(), o[r] = _mm512_setzero_ps();
+  constexpr bool kTwoChains = R < 6;
+  __m512 e[R], o[kTwoChains ? R : 1];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    e[r] = _mm512_setzero_ps();
+    if constexpr (kTwoChains) o[r] = _mm512_setzero_ps();
+  }
 #pragma GCC unroll 16
   for (int p = 0; p < 16; ++p) {
     const __m512i x = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(run + 32 * p)));
     const __m512bh w0 = Codes(x, table), w1 = Codes(_mm512_srli_epi16(x, 4), table);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       e[r] = _mm512_dpbf16_ps(e[r], w0, PairBf16(a + r * kPackCols + 2 * p));
-      o[r] = _mm512_dpbf16_ps(o[r], w1, PairBf16(a + r * kPackCols + 32 + 2 * p));
+      if constexpr (kTwoChains) {
+        o[r] = _mm512_dpbf16_ps(o[r], w1, PairBf16(a + r * kPackCols + 32 + 2 * p));
+      } else {
+        e[r] = _mm512_dpbf16_ps(e[r], w1, PairBf16(a + r * kPackCols + 32 + 2 * p));
+      }
     }
   }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     float* s = sums + 16 * r;
-    _mm512_storeu_ps(s, _mm512_fmadd_ps(_mm512_add_ps(e[r], o[r]), sv, _mm512_loadu_ps(s)));
+    const __m512 sum = kTwoChains ? _mm512_add_ps(e[r], o[kTwoChains ? r : 0]) : e[r];
+    _mm512_storeu_ps(s, _mm512_fmadd_ps(sum, sv, _mm512_loadu_ps(s)));
+  }
+}
+
+// Rows [0, R) of a pass by a template argument: the rows left after whole passes of kPassRows.
+constexpr int kPassRows = 16;
+template <int R>
+BNB_TARGET_AVX512BF16 inline void RestPass(int rows, const uint8_t* run, __m512i table, __m512 sv, const uint16_t* a,
+                                           float* sums) {
+  if constexpr (R > 0) {
+    if (rows == R) return RowsPass<R>(run, table, sv, a, sums);
+    RestPass<R - 1>(rows, run, table, sv, a, sums);
   }
 }
 
@@ -149,19 +170,10 @@ BNB_TARGET_AVX512BF16 void TileBf16Rows(const uint16_t* a, int64_t M, const Pack
     const __m512 sv = _mm512_loadu_ps(scales + g / per_block * kPackRows);
     const uint16_t* ag = a + g * M * kPackCols;
     int64_t r = 0;
-    for (; r + 8 <= M; r += 8) RowsPass<8>(run, table, sv, ag + r * kPackCols, sums + r * kPackRows);
-    const uint16_t* ar = ag + r * kPackCols;
-    float* sr = sums + r * kPackRows;
-    switch (M - r) {
-      case 7: RowsPass<7>(run, table, sv, ar, sr); break;
-      case 6: RowsPass<6>(run, table, sv, ar, sr); break;
-      case 5: RowsPass<5>(run, table, sv, ar, sr); break;
-      case 4: RowsPass<4>(run, table, sv, ar, sr); break;
-      case 3: RowsPass<3>(run, table, sv, ar, sr); break;
-      case 2: RowsPass<2>(run, table, sv, ar, sr); break;
-      case 1: RowsPass<1>(run, table, sv, ar, sr); break;
-      default: break;
+    for (; r + kPassRows <= M; r += kPassRows) {
+      RowsPass<kPassRows>(run, table, sv, ag + r * kPackCols, sums + r * kPackRows);
     }
+    RestPass<kPassRows - 1>(static_cast<int>(M - r), run, table, sv, ag + r * kPackCols, sums + r * kPackRows);
   }
 }
 

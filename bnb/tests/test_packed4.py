@@ -38,7 +38,7 @@ def test_integer_data_is_exact_through_the_op():
     codes, scales = torch.ops.bnb.pack_4bit(B, [N, K], absmax, bs)
     W = ref.dequantize_with_code(B, absmax, code, bs, [N, K], torch.float64)
     for dtype in (torch.bfloat16, torch.float32, torch.float16):
-        for M in (1, 2, 9, 16, 32, 40):
+        for M in (1, 2, 9, 16, 32, 40, 64, 65):
             A = torch.randint(-3, 4, (M, K), generator=g).to(dtype)
             got = torch.ops.bnb.gemm_4bit_packed(A, codes, scales, [N, K], bs, code)
             want = (A.double() @ W.T).to(dtype)
@@ -46,7 +46,7 @@ def test_integer_data_is_exact_through_the_op():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
-@pytest.mark.parametrize("M", [1, 3, 16, 33])
+@pytest.mark.parametrize("M", [1, 3, 16, 33, 64, 65])
 def test_product_is_as_exact_as_the_reference(dtype, M):
     N, K, bs = 70, 1024, 64
     B, absmax = weight(N, K, bs, seed=M)
