@@ -146,5 +146,23 @@ def test_grad_and_non_finite_scales_keep_bitsandbytes_layout(knob):
         y = layer(x.detach())
         bnb.config.set("cpu.pack_4bit", False)
         plain = layer(x.detach())
-    assert layer.weight.quant_state._cpu_pack[1] is None  # checked once, then kept unpacked
+    assert layer.weight.quant_state._cpu_pack[2] is None  # checked once, then kept unpacked
     assert torch.equal(torch.isnan(y), torch.isnan(plain))
+
+
+def test_a_weight_replaced_through_data_gets_a_new_layout(knob):
+    layer = linear(False)
+    x = torch.randn(1, 256, dtype=torch.bfloat16)
+    with torch.no_grad():
+        first = layer(x)
+        new = torch.flip(layer.weight.data.clone(), [0])
+        layer.weight.data = new  # a new tensor: another address, while the cache holds the old one
+        second = layer(x)
+        bnb.config.set("cpu.pack_4bit", False)
+        plain = layer(x)
+    assert not torch.equal(first, second)
+    assert_close_bf16(second, plain)
+
+
+def assert_close_bf16(a, b):
+    torch.testing.assert_close(a.float(), b.float(), rtol=0.02, atol=0.05)

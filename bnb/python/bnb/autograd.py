@@ -101,7 +101,8 @@ def _cpu_packed(A, B, quant_state, bias) -> Optional[tuple[torch.Tensor, torch.T
     CPU, in eager mode, without grad, knob cpu.pack_4bit on, a shape the layout takes, a CPU kernel for A's dtype and
     rows, and every block scale finite (a non-finite one keeps gemv_4bit's rule). Made at first use and kept on
     quant_state, keyed by the identity and version counter of B and of the scales' tensors: an in-place change
-    through them makes a new one (a write through .data, which bumps no version, is not seen)."""
+    through them, or a tensor put in their place, makes a new one (a write in place through .data, which bumps no
+    version, is not seen)."""
     if (A.device.type != "cpu" or B.device.type != "cpu" or torch.compiler.is_compiling()
             or A.dtype not in _GEMV_DTYPES or A.dim() == 0):
         return None
@@ -119,15 +120,19 @@ def _cpu_packed(A, B, quant_state, bias) -> Optional[tuple[torch.Tensor, torch.T
         sources += [quant_state.state2.absmax, quant_state.state2.code]
         if isinstance(quant_state.offset, torch.Tensor):
             sources.append(quant_state.offset)
-    key = tuple((t.data_ptr(), t._version, t.dtype, t.numel()) for t in sources) + ((N, K, blocksize),)
+    with torch._C.DisableTorchFunctionSubclass():  # Params4bit's __torch_function__ costs more than the key
+        key = tuple((t.data_ptr(), t._version, t.numel()) for t in sources) + ((N, K, blocksize),)
     cached = getattr(quant_state, "_cpu_pack", None)
     if cached is None or cached[0] != key:
         scales = F._absmax_of(quant_state).float().contiguous()
-        if not bool(torch.isfinite(scales).all()):
-            quant_state._cpu_pack = (key, None)
-            return None
-        cached = quant_state._cpu_pack = (key, torch.ops.bnb.pack_4bit(B, [N, K], scales, blocksize))
-    return cached[1]
+        packed = None
+        if bool(torch.isfinite(scales).all()):
+            packed = torch.ops.bnb.pack_4bit(B, [N, K], scales, blocksize)
+        # The sources are held with the layout: while it lives, no other tensor can take their addresses, so an
+        # equal key is the same memory (a weight replaced through .data, its old storage freed, could otherwise
+        # come back at the same address with the same version and match).
+        cached = quant_state._cpu_pack = (key, sources, packed)
+    return cached[2]
 
 
 def _matmul_kn(A, B, quant_state):
