@@ -20,25 +20,33 @@ void Pack4(const uint8_t* B, const float* absmax, int64_t N, int64_t K, int64_t 
            float* scales, int64_t t0, int64_t t1) {
   const int64_t groups = K / kPackCols, blocks = K / blocksize;
   for (int64_t t = t0; t < t1; ++t) {
-    for (int64_t j = 0; j < kPackRows; ++j) {
-      const int64_t n = t * kPackRows + j;
-      for (int64_t c = 0; c < blocks; ++c) {
+    for (int64_t c = 0; c < blocks; ++c) {
+      for (int64_t j = 0; j < kPackRows; ++j) {
+        const int64_t n = t * kPackRows + j;
         scales[(t * blocks + c) * kPackRows + j] = n < N ? absmax[n * blocks + c] : 0.0f;
       }
-      // Row n's 32 bytes of group g (B's byte i: column 2i in its high nibble, 2i + 1 in its low one) into byte
-      // 2j + e of the runs p: column 2p + e (byte p) low, 32 + 2p + e (byte 16 + p) high.
-      for (int64_t g = 0; g < groups; ++g) {
-        uint8_t* group = codes + (t * groups + g) * kPackGroupBytes;
+    }
+    // Group by group: each row's 32 bytes (B's byte i: column 2i in its high nibble, 2i + 1 in its low one) become
+    // 16 pairs of bytes, pair p holding columns 2p + e (low nibbles) and 32 + 2p + e (high), e = 0, 1; the group's
+    // runs are those pairs transposed, run p = pair p of rows 0..15.
+    for (int64_t g = 0; g < groups; ++g) {
+      uint8_t pairs[kPackRows][32];
+      for (int64_t j = 0; j < kPackRows; ++j) {
+        const int64_t n = t * kPackRows + j;
         if (n >= N) {
-          for (int p = 0; p < 16; ++p) group[32 * p + 2 * j] = group[32 * p + 2 * j + 1] = 0;
+          std::memset(pairs[j], 0, sizeof(pairs[j]));
           continue;
         }
         const uint8_t* row = B + (n * K + g * kPackCols) / 2;
         for (int p = 0; p < 16; ++p) {
-          const uint8_t first = row[p], second = row[16 + p];
-          group[32 * p + 2 * j] = static_cast<uint8_t>((first >> 4) | (second & 0xF0));
-          group[32 * p + 2 * j + 1] = static_cast<uint8_t>((first & 0x0F) | (second << 4));
+          const unsigned first = row[p], second = row[16 + p];
+          pairs[j][2 * p] = static_cast<uint8_t>((first >> 4) | (second & 0xF0));
+          pairs[j][2 * p + 1] = static_cast<uint8_t>((first & 0x0F) | ((second << 4) & 0xF0));
         }
+      }
+      uint8_t* group = codes + (t * groups + g) * kPackGroupBytes;
+      for (int p = 0; p < 16; ++p) {
+        for (int64_t j = 0; j < kPackRows; ++j) std::memcpy(group + 32 * p + 2 * j, &pairs[j][2 * p], 2);
       }
     }
   }

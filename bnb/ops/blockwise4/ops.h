@@ -256,8 +256,8 @@ struct Ops {
       return {at::empty({core::Packed4CodeBytes(N, K)}, B.options().dtype(at::kByte)),
               at::empty({core::Packed4ScaleCount(N, K, blocksize)}, B.options().dtype(at::kFloat))};
     } else if constexpr (HasPacked<Backend>::value) {
-      at::Tensor codes = at::empty({core::Packed4CodeBytes(N, K)}, B.options().dtype(at::kByte));
-      at::Tensor scales = at::empty({core::Packed4ScaleCount(N, K, blocksize)}, B.options().dtype(at::kFloat));
+      at::Tensor codes = EmptyOutput({core::Packed4CodeBytes(N, K)}, B.options().dtype(at::kByte));
+      at::Tensor scales = EmptyOutput({core::Packed4ScaleCount(N, K, blocksize)}, B.options().dtype(at::kFloat));
       Backend::Pack(op, PackedBytes(B), N, K, absmax, blocksize, codes, scales);
       return {codes, scales};
     } else {
