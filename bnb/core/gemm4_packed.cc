@@ -68,17 +68,21 @@ PackedKernel Choose(DType dtype, bool bf16_products) {
   return PackedKernel::kNone;
 }
 
-// Rows of bfloat16 products per call. Above, dequantize + addmm in bands (the gemm_4bit CPU path) wins: oneDNN's
-// bfloat16 product runs near the vdpbf16ps ceiling, these kernels at ~84% of it; at 4096x4096 they beat it to 64
-// rows, tie at 128 and lose from 256 (tools/bench/NOTES.md, 'Tiled CPU layout').
+// Rows per call, beyond which the gemm_4bit CPU path (dequantize + addmm in bands) wins, at 4096x4096 on Zen 4
+// (tools/bench/NOTES.md, 'Tiled CPU layout'). bfloat16 products: oneDNN's bfloat16 product runs near the vdpbf16ps
+// ceiling, these kernels at ~84% of it: faster to 64 rows, a tie at 128, slower from 256. float32 products: faster
+// to 64 rows, a tie at 128-256 (oneDNN's float32). float16 A: torch multiplies float16 slowly here (3.4x the tiled
+// kernel at 64-128 rows); 256 bounds the float32 copy of A each thread makes (K = 14336: 14 MB).
 constexpr int64_t kMaxBf16Rows = 64;
+constexpr int64_t kMaxF32Rows = 128;
+constexpr int64_t kMaxF16Rows = 256;
 
 }  // namespace
 
 bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products) {
   switch (Choose(dtype, bf16_products)) {
     case PackedKernel::kBf16: return M >= 1 && M <= kMaxBf16Rows;
-    case PackedKernel::kF32: return M == 1;
+    case PackedKernel::kF32: return M >= 1 && M <= (dtype == DType::kFloat16 ? kMaxF16Rows : kMaxF32Rows);
     case PackedKernel::kNone: break;
   }
   return false;
@@ -89,31 +93,39 @@ void Gemm4Packed(DType dtype, const void* A, int64_t M, const Packed4& w, const 
 #if BNB_GEMV4_X86
   const PackedKernel kernel = Choose(dtype, bf16_products);
   const int64_t K = w.K;
-  // A as the kernel reads it: bfloat16 rows arranged by group (group g's row r at (g * M + r) * 64) for several
-  // rows; float32 rows as they are (converted from float16 / bfloat16).
+  // A as the kernels read it: one row as it is (float32 kernels: converted from float16 / bfloat16), several rows
+  // arranged by group (group g's row r at (g * M + r) * 64): K apart, rows of 4 KB multiples share L1 sets.
   std::vector<uint16_t> a16;
   std::vector<float> a32;
   const void* a = A;
+  const int64_t groups = K / kPackCols;
   if (kernel == PackedKernel::kBf16 && M > 1) {
     a16.resize(M * K);
-    for (int64_t g = 0; g < K / kPackCols; ++g) {
+    for (int64_t g = 0; g < groups; ++g) {
       for (int64_t r = 0; r < M; ++r) {
         std::memcpy(&a16[(g * M + r) * kPackCols], static_cast<const uint16_t*>(A) + r * K + g * kPackCols,
                     kPackCols * sizeof(uint16_t));
       }
     }
     a = a16.data();
-  } else if (kernel == PackedKernel::kF32 && dtype != DType::kFloat32) {
+  } else if (kernel == PackedKernel::kF32 && (M > 1 || dtype != DType::kFloat32)) {
     a32.resize(M * K);
-    for (int64_t i = 0; i < M * K; ++i) a32[i] = LoadAsFloat(dtype, A, i);
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int64_t r = 0; r < M; ++r) {
+        float* dst = &a32[(M > 1 ? g * M + r : g) * kPackCols];
+        for (int64_t k = 0; k < kPackCols; ++k) dst[k] = LoadAsFloat(dtype, A, r * K + g * kPackCols + k);
+      }
+    }
     a = a32.data();
   }
-  std::vector<float> sums(M * kPackRows);
+  std::vector<float> sums(3 * M * kPackRows);  // TileF32Rows works in the rest
   for (int64_t t = t0; t < t1; ++t) {
     if (kernel == PackedKernel::kBf16 && M == 1) {
       packed4_x86::TileBf16One(static_cast<const uint16_t*>(a), w, code16, t, sums.data());
     } else if (kernel == PackedKernel::kBf16) {
       packed4_x86::TileBf16Rows(static_cast<const uint16_t*>(a), M, w, code16, t, sums.data());
+    } else if (M == 1) {
+      packed4_x86::TileF32One(static_cast<const float*>(a), w, code16, t, sums.data());
     } else {
       packed4_x86::TileF32Rows(static_cast<const float*>(a), M, w, code16, t, sums.data());
     }

@@ -43,16 +43,17 @@ void Pack4(const uint8_t* B, const float* absmax, int64_t N, int64_t K, int64_t 
            float* scales, int64_t t0, int64_t t1);
 
 // Whether Gemm4Packed runs for A of `dtype` and M rows on this CPU under the cpu.isa cap: AVX-512 with AVX512-BW,
-// one row of any dtype, or 1-64 rows of bfloat16 with AVX512-BF16 and bf16_products (gemv4.h's knob).
+// bfloat16 products (bfloat16 A, AVX512-BF16, bf16_products: gemv4.h's knob) up to 64 rows, float32 products up to
+// 128 rows (float16 A: 256), where they beat dequantize + matmul.
 bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products = true);
 
 // out[r, n] = sum_k A[r, k] * W[n, k] (+ bias[n]) for the M rows of A (row-major, K apart, `dtype`) and W's rows in
 // tiles [t0, t1) (those below N), out row-major (N apart) and bias (N values or null) in `dtype`; each output
 // rounded once from float32. The products, as Gemv4's kernels define them (gemv4.h):
-//   - bfloat16 A (bf16_products, 1-64 rows): the code values rounded to bfloat16, multiplied by vdpbf16ps, each
-//     group's sums scaled in float32 (as exact as a bfloat16 product with a dequantized bfloat16 weight);
-//   - any other A (float32, float16, or bfloat16 without bf16_products; one row): float32 products of the exact code
-//     values, each block's sums scaled in float32.
+//   - bfloat16 A (bf16_products): the code values rounded to bfloat16, multiplied by vdpbf16ps, each group's sums
+//     scaled in float32 (as exact as a bfloat16 product with a dequantized bfloat16 weight);
+//   - any other A (float32, float16, or bfloat16 without bf16_products): float32 products of the exact code values,
+//     each group's sums scaled in float32.
 // Sums run in another order than the definition: close to it, not bit for bit (integer data below 2^24 exactly).
 // A scale that is infinite or NaN enters as a factor of its block's sum (gemv4.h's rows with one follow the
 // definition instead; callers that want that keep such weights unpacked). Only where Gemm4PackedRuns says so.

@@ -177,36 +177,105 @@ BNB_TARGET_AVX512BF16 void TileBf16Rows(const uint16_t* a, int64_t M, const Pack
   }
 }
 
+BNB_TARGET_AVX512 void TileF32One(const float* a, const Packed4& w, const float* code16, int64_t t, float* sums) {
+  const __m512 table = _mm512_loadu_ps(code16);
+  const int64_t per_block = w.blocksize / kPackCols, blocks = w.K / w.blocksize;
+  const uint8_t* q = w.codes + t * (w.K / kPackCols) * kPackGroupBytes;
+  const float* scales = w.scales + t * blocks * kPackRows;
+  __m512 lo = _mm512_setzero_ps(), hi = lo;
+  for (int64_t c = 0; c < blocks; ++c) {
+    __m512 b0 = _mm512_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
+    for (int64_t g = c * per_block; g < (c + 1) * per_block; ++g) {
+      const uint8_t* run = q + g * kPackGroupBytes;
+      const float* ag = a + g * kPackCols;
+      PrefetchGroup(run);
+#pragma GCC unroll 4
+      for (int p = 0; p < 16; ++p) {
+        const __m512 pl = PairF32(ag + 2 * p), ph = PairF32(ag + 32 + 2 * p);
+        const __m512i x0 = HalfRun(run + 32 * p), x1 = HalfRun(run + 32 * p + 16);
+        b0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(x0, table), pl, b0);
+        b1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(x1, table), pl, b1);
+        b2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x0, 4), table), ph, b2);
+        b3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x1, 4), table), ph, b3);
+      }
+    }
+    const __m512 sv = _mm512_loadu_ps(scales + c * kPackRows);
+    lo = _mm512_fmadd_ps(_mm512_add_ps(b0, b2), PairScales<false>(sv), lo);
+    hi = _mm512_fmadd_ps(_mm512_add_ps(b1, b3), PairScales<true>(sv), hi);
+  }
+  _mm512_storeu_ps(sums, PairTotals(lo, hi));
+}
+
+namespace {
+
+// R rows of float32 A (arranged as the bfloat16 kernel's: the group's row r at a + r * 64) against one group of a
+// tile: each half run looked up once per pass for all R rows; lanes (row j, column e of a pair) per half tile,
+// kept between groups at pair_sums + 32 * r (rows 0-7's pairs, then 8-15's), each group's sums scaled there.
+template <int R>
+BNB_TARGET_AVX512 inline void F32Pass(const uint8_t* run, __m512 table, __m512 slo, __m512 shi, const float* a,
+                                      float* pair_sums) {
+  __m512 lo[R], hi[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) lo[r] = _mm512_setzero_ps(), hi[r] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int p = 0; p < 16; ++p) {
+    const __m512i x0 = HalfRun(run + 32 * p), x1 = HalfRun(run + 32 * p + 16);
+    const __m512 w0 = _mm512_permutexvar_ps(x0, table), w1 = _mm512_permutexvar_ps(x1, table);
+    const __m512 v0 = _mm512_permutexvar_ps(_mm512_srli_epi32(x0, 4), table);
+    const __m512 v1 = _mm512_permutexvar_ps(_mm512_srli_epi32(x1, 4), table);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 pl = PairF32(a + r * kPackCols + 2 * p), ph = PairF32(a + r * kPackCols + 32 + 2 * p);
+      lo[r] = _mm512_fmadd_ps(w0, pl, lo[r]);
+      hi[r] = _mm512_fmadd_ps(w1, pl, hi[r]);
+      lo[r] = _mm512_fmadd_ps(v0, ph, lo[r]);
+      hi[r] = _mm512_fmadd_ps(v1, ph, hi[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* s = pair_sums + 32 * r;
+    _mm512_storeu_ps(s, _mm512_fmadd_ps(lo[r], slo, _mm512_loadu_ps(s)));
+    _mm512_storeu_ps(s + 16, _mm512_fmadd_ps(hi[r], shi, _mm512_loadu_ps(s + 16)));
+  }
+}
+
+constexpr int kF32PassRows = 8;
+template <int R>
+BNB_TARGET_AVX512 inline void F32Rest(int rows, const uint8_t* run, __m512 table, __m512 slo, __m512 shi,
+                                      const float* a, float* pair_sums) {
+  if constexpr (R > 0) {
+    if (rows == R) return F32Pass<R>(run, table, slo, shi, a, pair_sums);
+    F32Rest<R - 1>(rows, run, table, slo, shi, a, pair_sums);
+  }
+}
+
+}  // namespace
+
 BNB_TARGET_AVX512 void TileF32Rows(const float* a, int64_t M, const Packed4& w, const float* code16, int64_t t,
                                    float* sums) {
   const __m512 table = _mm512_loadu_ps(code16);
   const int64_t groups = w.K / kPackCols, per_block = w.blocksize / kPackCols, blocks = w.K / w.blocksize;
   const uint8_t* q = w.codes + t * groups * kPackGroupBytes;
   const float* scales = w.scales + t * blocks * kPackRows;
-  for (int64_t r = 0; r < M; ++r) {
-    const float* ar = a + r * w.K;
-    __m512 lo = _mm512_setzero_ps(), hi = lo;
-    for (int64_t c = 0; c < blocks; ++c) {
-      __m512 b0 = _mm512_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
-      for (int64_t g = c * per_block; g < (c + 1) * per_block; ++g) {
-        const uint8_t* run = q + g * kPackGroupBytes;
-        const float* ag = ar + g * kPackCols;
-        if (r == 0) PrefetchGroup(run);
-#pragma GCC unroll 4
-        for (int p = 0; p < 16; ++p) {
-          const __m512 pl = PairF32(ag + 2 * p), ph = PairF32(ag + 32 + 2 * p);
-          const __m512i x0 = HalfRun(run + 32 * p), x1 = HalfRun(run + 32 * p + 16);
-          b0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(x0, table), pl, b0);
-          b1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(x1, table), pl, b1);
-          b2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x0, 4), table), ph, b2);
-          b3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x1, 4), table), ph, b3);
-        }
-      }
-      const __m512 sv = _mm512_loadu_ps(scales + c * kPackRows);
-      lo = _mm512_fmadd_ps(_mm512_add_ps(b0, b2), PairScales<false>(sv), lo);
-      hi = _mm512_fmadd_ps(_mm512_add_ps(b1, b3), PairScales<true>(sv), hi);
+  float* pair_sums = sums + M * kPackRows;  // 32 lanes a row, then each row's pairs summed into sums
+  std::memset(pair_sums, 0, sizeof(float) * 2 * kPackRows * M);
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* run = q + g * kPackGroupBytes;
+    PrefetchGroup(run);
+    const __m512 sv = _mm512_loadu_ps(scales + g / per_block * kPackRows);
+    const __m512 slo = PairScales<false>(sv), shi = PairScales<true>(sv);
+    const float* ag = a + g * M * kPackCols;
+    int64_t r = 0;
+    for (; r + kF32PassRows <= M; r += kF32PassRows) {
+      F32Pass<kF32PassRows>(run, table, slo, shi, ag + r * kPackCols, pair_sums + 2 * r * kPackRows);
     }
-    _mm512_storeu_ps(sums + r * kPackRows, PairTotals(lo, hi));
+    F32Rest<kF32PassRows - 1>(static_cast<int>(M - r), run, table, slo, shi, ag + r * kPackCols,
+                              pair_sums + 2 * r * kPackRows);
+  }
+  for (int64_t r = 0; r < M; ++r) {
+    const float* s = pair_sums + 2 * r * kPackRows;
+    _mm512_storeu_ps(sums + r * kPackRows, PairTotals(_mm512_loadu_ps(s), _mm512_loadu_ps(s + 16)));
   }
 }
 

@@ -15,7 +15,10 @@ void TileBf16One(const uint16_t* a, const Packed4& w, const float* code16, int64
 // M rows of bfloat16 A, arranged by group (group g's row r at a + (g * M + r) * 64): as TileBf16One, each run looked
 // up once per pass of up to 8 rows, each group's sums scaled in float32.
 void TileBf16Rows(const uint16_t* a, int64_t M, const Packed4& w, const float* code16, int64_t t, float* sums);
-// M rows of float32 A (K apart), one at a time: exact code values, float32 multiply-adds, blocks scaled in float32.
+// One row of float32 A: exact code values, float32 multiply-adds, each block's sums scaled in float32.
+void TileF32One(const float* a, const Packed4& w, const float* code16, int64_t t, float* sums);
+// M rows of float32 A, arranged as TileBf16Rows takes them: as TileF32One, each half run looked up once per pass of
+// up to 8 rows, each group's sums scaled in float32. sums holds 3 * 16 * M floats (the last 2 * 16 * M: work).
 void TileF32Rows(const float* a, int64_t M, const Packed4& w, const float* code16, int64_t t, float* sums);
 
 }  // namespace bnb::core::packed4_x86

@@ -97,7 +97,7 @@ TEST_P(EveryIsa, PackedProductIsExactOnIntegerData) {
     const Packed4 packed{codes.data(), scales.data(), N, K, bs};
     for (DType dtype : {DType::kBFloat16, DType::kFloat32, DType::kFloat16}) {
       for (bool bf16_products : {true, false}) {
-        for (int64_t M : {1, 2, 3, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64}) {
+        for (int64_t M : {1, 2, 3, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128}) {
           if (!Gemm4PackedRuns(dtype, M, bf16_products)) continue;
           ++ran;
           std::vector<float> a(M * K), bias(N);

@@ -46,7 +46,7 @@ def test_integer_data_is_exact_through_the_op():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
-@pytest.mark.parametrize("M", [1, 3, 16, 33, 64, 65])
+@pytest.mark.parametrize("M", [1, 3, 16, 33, 64, 65, 129])
 def test_product_is_as_exact_as_the_reference(dtype, M):
     N, K, bs = 70, 1024, 64
     B, absmax = weight(N, K, bs, seed=M)
