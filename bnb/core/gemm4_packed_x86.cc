@@ -118,18 +118,11 @@ BNB_TARGET_AVX512BF16 inline void RestPass(int rows, const uint8_t* run, __m512i
   }
 }
 
-// The 16 code values as bfloat16, twice (vpermw's 32 entries).
-BNB_TARGET_AVX512BF16 inline __m512i Bf16Table(const float* code16) {
-  uint16_t table16[32];
-  for (int i = 0; i < 32; ++i) table16[i] = FloatToBF16(code16[i % 16]);
-  return _mm512_loadu_si512(table16);
-}
-
 }  // namespace
 
-BNB_TARGET_AVX512BF16 void TileBf16One(const uint16_t* a, const Packed4& w, const float* code16, int64_t t,
+BNB_TARGET_AVX512BF16 void TileBf16One(const uint16_t* a, const Packed4& w, const uint16_t* table32, int64_t t,
                                        float* sums) {
-  const __m512i table = Bf16Table(code16);
+  const __m512i table = _mm512_loadu_si512(table32);
   const int64_t groups = w.K / kPackCols, per_block = w.blocksize / kPackCols, blocks = w.K / w.blocksize;
   const uint8_t* q = w.codes + t * groups * kPackGroupBytes;
   const float* scales = w.scales + t * blocks * kPackRows;
@@ -157,9 +150,9 @@ BNB_TARGET_AVX512BF16 void TileBf16One(const uint16_t* a, const Packed4& w, cons
   _mm512_storeu_ps(sums, acc);
 }
 
-BNB_TARGET_AVX512BF16 void TileBf16Rows(const uint16_t* a, int64_t M, const Packed4& w, const float* code16,
+BNB_TARGET_AVX512BF16 void TileBf16Rows(const uint16_t* a, int64_t M, const Packed4& w, const uint16_t* table32,
                                         int64_t t, float* sums) {
-  const __m512i table = Bf16Table(code16);
+  const __m512i table = _mm512_loadu_si512(table32);
   const int64_t groups = w.K / kPackCols, per_block = w.blocksize / kPackCols, blocks = w.K / w.blocksize;
   const uint8_t* q = w.codes + t * groups * kPackGroupBytes;
   const float* scales = w.scales + t * blocks * kPackRows;
@@ -277,6 +270,10 @@ BNB_TARGET_AVX512 void TileF32Rows(const float* a, int64_t M, const Packed4& w, 
     const float* s = pair_sums + 2 * r * kPackRows;
     _mm512_storeu_ps(sums + r * kPackRows, PairTotals(_mm512_loadu_ps(s), _mm512_loadu_ps(s + 16)));
   }
+}
+
+void Bf16CodeTable(const float* code16, uint16_t* table32) {
+  for (int i = 0; i < 32; ++i) table32[i] = FloatToBF16(code16[i % 16]);
 }
 
 }  // namespace bnb::core::packed4_x86
