@@ -166,3 +166,36 @@ def test_a_weight_replaced_through_data_gets_a_new_layout(knob):
 
 def assert_close_bf16(a, b):
     torch.testing.assert_close(a.float(), b.float(), rtol=0.02, atol=0.05)
+
+
+def test_inference_mode_weights_and_layouts(knob):
+    # Weights made under inference_mode track no version: they keep bitsandbytes' layout (no crash, no stale
+    # copy). A layout made under inference_mode serves later calls outside it.
+    x = torch.randn(1, 256, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        made_inside = linear(False)
+        y = made_inside(x)
+    assert getattr(made_inside.weight.quant_state, "_cpu_pack", None) is None
+    layer = linear(False)
+    with torch.inference_mode():
+        inside = layer(x)
+    with torch.no_grad():
+        outside = layer(x)
+    assert torch.equal(inside, outside)
+    assert y.shape == (1, 80)
+
+
+@pytest.mark.parametrize("storage", [torch.uint8, torch.bfloat16, torch.float32])
+def test_batches_of_any_shape_storage_and_bias_dtype(knob, storage):
+    torch.manual_seed(1)
+    layer = bnb.nn.Linear4bit(256, 80, bias=True, compute_dtype=torch.bfloat16, quant_storage=storage,
+                              compress_statistics=True).to("cpu").eval()  # float32 bias, bfloat16 input
+    x = torch.randn(2, 3, 256, dtype=torch.bfloat16)
+    with torch.no_grad():
+        got = layer(x)
+        bnb.config.set("cpu.pack_4bit", False)
+        plain = layer(x)
+    assert got.shape == plain.shape == (2, 3, 80) and got.dtype == plain.dtype
+    assert_close_bf16(got, plain)
+    exact = dense_result(layer, x.reshape(-1, 256)).reshape(2, 3, 80)
+    assert (got.double() - exact).abs().mean() <= 1.1 * (plain.double() - exact).abs().mean()

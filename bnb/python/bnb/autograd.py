@@ -72,11 +72,10 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
     packed = _cpu_packed(A, B, quant_state, bias)
     if packed is not None:
         codes, scales = packed
-        same = bias is None or bias.dtype == A.dtype  # else added in float32 after, as the other paths do
+        # The bias in A's dtype, added to each float32 sum inside the op and rounded once with it (as gemm_4bit).
         result = torch.ops.bnb.gemm_4bit_packed(A, codes, scales, [N, K], quant_state.blocksize,
-                                                F._code4(quant_state.quant_type, A.device), bias if same else None)
-        if not same:
-            result = _plus_bias(result, bias)
+                                                F._code4(quant_state.quant_type, A.device),
+                                                None if bias is None else bias.to(A.dtype))
     elif A.shape[-1] == N and N != K:
         result = _plus_bias(_matmul_kn(A, B, quant_state), bias)
     elif A.dtype not in _GEMV_DTYPES:
@@ -99,7 +98,8 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
 def _cpu_packed(A, B, quant_state, bias) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
     """The weight's tiled CPU layout (codes, scales of bnb::pack_4bit) where this product takes it, else None: on the
     CPU, in eager mode, without grad, knob cpu.pack_4bit on, a shape the layout takes, a CPU kernel for A's dtype and
-    rows, and every block scale finite (a non-finite one keeps gemv_4bit's rule). Made at first use and kept on
+    rows, every block scale finite (a non-finite one keeps gemv_4bit's rule), and weight tensors that are not
+    inference tensors (made under torch.inference_mode, they track no version). Made at first use and kept on
     quant_state, keyed by the identity and version counter of B and of the scales' tensors: an in-place change
     through them, or a tensor put in their place, makes a new one (a write in place through .data, which bumps no
     version, is not seen)."""
@@ -121,6 +121,8 @@ def _cpu_packed(A, B, quant_state, bias) -> Optional[tuple[torch.Tensor, torch.T
         if isinstance(quant_state.offset, torch.Tensor):
             sources.append(quant_state.offset)
     with torch._C.DisableTorchFunctionSubclass():  # Params4bit's __torch_function__ costs more than the key
+        if any(t.is_inference() for t in sources):  # made under inference_mode: no version counter to watch
+            return None
         key = tuple((t.data_ptr(), t._version, t.numel()) for t in sources) + ((N, K, blocksize),)
     cached = getattr(quant_state, "_cpu_pack", None)
     if cached is None or cached[0] != key:
