@@ -246,7 +246,7 @@ TEST_P(EveryIsa, EveryBfloat16EqualsScalar) {
   }
 }
 
-// Every code under every kind of absmax (0, NaN, inf, finite), in every output type and blocksize, into an output
+// Every code under every kind of absmax (0, tiny, NaN, inf, finite), in every output type and blocksize, into an output
 // that starts off any vector boundary: 16-bit outputs of large blocks come from per-block tables of the 256 outputs.
 TEST_P(EveryIsa, EveryCodeDequantizesAsScalar) {
   const PreparedCodebook cb = AwkwardCodebook();
@@ -260,6 +260,7 @@ TEST_P(EveryIsa, EveryCodeDequantizesAsScalar) {
       const Blockwise8Range r{n, bs, 0, NumBlocks(n, bs)};
       std::vector<float> absmax = tests::TestAbsmax(std::max<int64_t>(r.block_end, 8), rng);
       absmax[0] = 0.0f;
+      absmax[1] = 1.0e-38f;  // products below the smallest normal float: rounded as they are, not taken as zero
       const int64_t bytes = n * DTypeSize(dtype);
       std::vector<uint8_t> out(bytes + DTypeSize(dtype)), out_ref(bytes);
       DequantizeBlockwise8(dtype, codes.data(), absmax.data(), cb, r, out.data() + DTypeSize(dtype));
