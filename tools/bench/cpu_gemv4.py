@@ -1,7 +1,8 @@
-"""CPU benchmark of the 4-bit matrix-vector product, one token: bnb's gemv_4bit beside bitsandbytes' (where
+"""CPU benchmark of the 4-bit matrix-vector product, one token: bnb's gemv_4bit on bitsandbytes' layout and its
+matmul_4bit (as Linear4bit calls it: over the tiled copy of the weight, cpu.pack_4bit) beside bitsandbytes' (where
 importable: its gemv_4bit on the weight as stored, and its Linear4bit in eval mode, which repacks the weight into
-its CPU layout as transformers' inference gets it), torch's int4 kernel (_weight_int4pack_mm_for_cpu), F.linear on the dense weight, and a memory copy as
-the limit, all in one run, at each thread count.
+its CPU layout as transformers' inference gets it), torch's int4 kernel (_weight_int4pack_mm_for_cpu), F.linear on
+the dense weight, and a memory copy as the limit, all in one run, at each thread count.
 
 "% of limit": the weight's bytes (packed codes and absmax statistics) read per second against the copy's bytes
 moved (read plus written) per second, the median over rounds of the ratio within a round. The 4-bit weight is NF4,
