@@ -112,14 +112,14 @@ void Gemm4Packed(DType dtype, const void* A, int64_t M, const Packed4& w, const 
     a32.resize(M * K);
     for (int64_t g = 0; g < groups; ++g) {
       for (int64_t r = 0; r < M; ++r) {
-        float* dst = &a32[(M > 1 ? g * M + r : g) * kPackCols];
+        float* dst = &a32[(g * M + r) * kPackCols];
         for (int64_t k = 0; k < kPackCols; ++k) dst[k] = LoadAsFloat(dtype, A, r * K + g * kPackCols + k);
       }
     }
     a = a32.data();
   }
-  uint16_t table32[32];  // once per call: per tile it cost 5% of a 4096x4096 product
-  packed4_x86::Bf16CodeTable(code16, table32);
+  uint16_t table32[32];  // once per call, not per tile
+  if (kernel == PackedKernel::kBf16) packed4_x86::Bf16CodeTable(code16, table32);
   std::vector<float> sums(3 * M * kPackRows);  // TileF32Rows works in the rest
   for (int64_t t = t0; t < t1; ++t) {
     if (kernel == PackedKernel::kBf16 && M == 1) {

@@ -5,7 +5,8 @@
 // into the 16 code values (as bfloat16, the table twice: vpermw reads 5 index bits, and a byte's bit 4 is its high
 // nibble's lowest); shifted right by 4, the high nibbles give the pair 32 columns on. Widened to 32-bit lanes, half a
 // run (8 rows) is looked up by vpermps, which reads 4 index bits. A pair of A's columns is one 32-bit broadcast
-// (bfloat16) or one 64-bit broadcast (float32), so no per-row layout of A is needed.
+// (bfloat16) or one 64-bit broadcast (float32): one row of A is read as it is, several rows arranged by group
+// (Gemm4Packed) so a group's rows are one contiguous run.
 #include "bnb/core/gemm4_packed_x86.h"
 
 #if BNB_GEMV4_X86
@@ -31,6 +32,20 @@ inline void PrefetchGroup(const uint8_t* run) {
 #pragma GCC unroll 8
   for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(run + kAhead + 64 * l), _MM_HINT_NTA);
 }
+
+// Tile t of w: its codes and block scales, and the counts of its groups, groups per block and blocks.
+struct TileOf {
+  int64_t groups, per_block, blocks;
+  const uint8_t* codes;
+  const float* scales;
+
+  TileOf(const Packed4& w, int64_t t)
+      : groups(w.K / kPackCols),
+        per_block(w.blocksize / kPackCols),
+        blocks(w.K / w.blocksize),
+        codes(w.codes + t * groups * kPackGroupBytes),
+        scales(w.scales + t * blocks * kPackRows) {}
+};
 
 // A's column pair at p: two bfloat16 (one 32-bit lane, broadcast) or two float32 (one 64-bit lane, broadcast).
 BNB_TARGET_AVX512BF16 inline __m512bh PairBf16(const uint16_t* p) {
@@ -102,7 +117,8 @@ BNB_TARGET_AVX512BF16 inline void RowsPass(const uint8_t* run, __m512i table, __
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     float* s = sums + 16 * r;
-    const __m512 sum = kTwoChains ? _mm512_add_ps(e[r], o[kTwoChains ? r : 0]) : e[r];
+    __m512 sum = e[r];
+    if constexpr (kTwoChains) sum = _mm512_add_ps(sum, o[r]);
     _mm512_storeu_ps(s, _mm512_fmadd_ps(sum, sv, _mm512_loadu_ps(s)));
   }
 }
@@ -123,14 +139,12 @@ BNB_TARGET_AVX512BF16 inline void RestPass(int rows, const uint8_t* run, __m512i
 BNB_TARGET_AVX512BF16 void TileBf16One(const uint16_t* a, const Packed4& w, const uint16_t* table32, int64_t t,
                                        float* sums) {
   const __m512i table = _mm512_loadu_si512(table32);
-  const int64_t groups = w.K / kPackCols, per_block = w.blocksize / kPackCols, blocks = w.K / w.blocksize;
-  const uint8_t* q = w.codes + t * groups * kPackGroupBytes;
-  const float* scales = w.scales + t * blocks * kPackRows;
+  const TileOf tile(w, t);
   __m512 acc = _mm512_setzero_ps();
-  for (int64_t c = 0; c < blocks; ++c) {
+  for (int64_t c = 0; c < tile.blocks; ++c) {
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    for (int64_t g = c * per_block; g < (c + 1) * per_block; ++g) {
-      const uint8_t* run = q + g * kPackGroupBytes;
+    for (int64_t g = c * tile.per_block; g < (c + 1) * tile.per_block; ++g) {
+      const uint8_t* run = tile.codes + g * kPackGroupBytes;
       const uint16_t* ag = a + g * kPackCols;
       PrefetchGroup(run);
 #pragma GCC unroll 8
@@ -145,7 +159,7 @@ BNB_TARGET_AVX512BF16 void TileBf16One(const uint16_t* a, const Packed4& w, cons
       }
     }
     const __m512 sum = _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
-    acc = _mm512_fmadd_ps(sum, _mm512_loadu_ps(scales + c * kPackRows), acc);
+    acc = _mm512_fmadd_ps(sum, _mm512_loadu_ps(tile.scales + c * kPackRows), acc);
   }
   _mm512_storeu_ps(sums, acc);
 }
@@ -153,14 +167,12 @@ BNB_TARGET_AVX512BF16 void TileBf16One(const uint16_t* a, const Packed4& w, cons
 BNB_TARGET_AVX512BF16 void TileBf16Rows(const uint16_t* a, int64_t M, const Packed4& w, const uint16_t* table32,
                                         int64_t t, float* sums) {
   const __m512i table = _mm512_loadu_si512(table32);
-  const int64_t groups = w.K / kPackCols, per_block = w.blocksize / kPackCols, blocks = w.K / w.blocksize;
-  const uint8_t* q = w.codes + t * groups * kPackGroupBytes;
-  const float* scales = w.scales + t * blocks * kPackRows;
+  const TileOf tile(w, t);
   std::memset(sums, 0, sizeof(float) * kPackRows * M);
-  for (int64_t g = 0; g < groups; ++g) {
-    const uint8_t* run = q + g * kPackGroupBytes;
+  for (int64_t g = 0; g < tile.groups; ++g) {
+    const uint8_t* run = tile.codes + g * kPackGroupBytes;
     PrefetchGroup(run);
-    const __m512 sv = _mm512_loadu_ps(scales + g / per_block * kPackRows);
+    const __m512 sv = _mm512_loadu_ps(tile.scales + g / tile.per_block * kPackRows);
     const uint16_t* ag = a + g * M * kPackCols;
     int64_t r = 0;
     for (; r + kPassRows <= M; r += kPassRows) {
@@ -172,14 +184,12 @@ BNB_TARGET_AVX512BF16 void TileBf16Rows(const uint16_t* a, int64_t M, const Pack
 
 BNB_TARGET_AVX512 void TileF32One(const float* a, const Packed4& w, const float* code16, int64_t t, float* sums) {
   const __m512 table = _mm512_loadu_ps(code16);
-  const int64_t per_block = w.blocksize / kPackCols, blocks = w.K / w.blocksize;
-  const uint8_t* q = w.codes + t * (w.K / kPackCols) * kPackGroupBytes;
-  const float* scales = w.scales + t * blocks * kPackRows;
+  const TileOf tile(w, t);
   __m512 lo = _mm512_setzero_ps(), hi = lo;
-  for (int64_t c = 0; c < blocks; ++c) {
+  for (int64_t c = 0; c < tile.blocks; ++c) {
     __m512 b0 = _mm512_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
-    for (int64_t g = c * per_block; g < (c + 1) * per_block; ++g) {
-      const uint8_t* run = q + g * kPackGroupBytes;
+    for (int64_t g = c * tile.per_block; g < (c + 1) * tile.per_block; ++g) {
+      const uint8_t* run = tile.codes + g * kPackGroupBytes;
       const float* ag = a + g * kPackCols;
       PrefetchGroup(run);
 #pragma GCC unroll 4
@@ -192,7 +202,7 @@ BNB_TARGET_AVX512 void TileF32One(const float* a, const Packed4& w, const float*
         b3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x1, 4), table), ph, b3);
       }
     }
-    const __m512 sv = _mm512_loadu_ps(scales + c * kPackRows);
+    const __m512 sv = _mm512_loadu_ps(tile.scales + c * kPackRows);
     lo = _mm512_fmadd_ps(_mm512_add_ps(b0, b2), PairScales<false>(sv), lo);
     hi = _mm512_fmadd_ps(_mm512_add_ps(b1, b3), PairScales<true>(sv), hi);
   }
@@ -248,15 +258,13 @@ BNB_TARGET_AVX512 inline void F32Rest(int rows, const uint8_t* run, __m512 table
 BNB_TARGET_AVX512 void TileF32Rows(const float* a, int64_t M, const Packed4& w, const float* code16, int64_t t,
                                    float* sums) {
   const __m512 table = _mm512_loadu_ps(code16);
-  const int64_t groups = w.K / kPackCols, per_block = w.blocksize / kPackCols, blocks = w.K / w.blocksize;
-  const uint8_t* q = w.codes + t * groups * kPackGroupBytes;
-  const float* scales = w.scales + t * blocks * kPackRows;
+  const TileOf tile(w, t);
   float* pair_sums = sums + M * kPackRows;  // 32 lanes a row, then each row's pairs summed into sums
   std::memset(pair_sums, 0, sizeof(float) * 2 * kPackRows * M);
-  for (int64_t g = 0; g < groups; ++g) {
-    const uint8_t* run = q + g * kPackGroupBytes;
+  for (int64_t g = 0; g < tile.groups; ++g) {
+    const uint8_t* run = tile.codes + g * kPackGroupBytes;
     PrefetchGroup(run);
-    const __m512 sv = _mm512_loadu_ps(scales + g / per_block * kPackRows);
+    const __m512 sv = _mm512_loadu_ps(tile.scales + g / tile.per_block * kPackRows);
     const __m512 slo = PairScales<false>(sv), shi = PairScales<true>(sv);
     const float* ag = a + g * M * kPackCols;
     int64_t r = 0;

@@ -15,7 +15,7 @@ void Bf16CodeTable(const float* code16, uint16_t* table32);
 // One row of bfloat16 A: unscaled bfloat16 code values by vdpbf16ps, each block's sums scaled in float32.
 void TileBf16One(const uint16_t* a, const Packed4& w, const uint16_t* table32, int64_t t, float* sums);
 // M rows of bfloat16 A, arranged by group (group g's row r at a + (g * M + r) * 64): as TileBf16One, each run looked
-// up once per pass of up to 8 rows, each group's sums scaled in float32.
+// up once per pass of up to 16 rows, each group's sums scaled in float32.
 void TileBf16Rows(const uint16_t* a, int64_t M, const Packed4& w, const uint16_t* table32, int64_t t,
                   float* sums);
 // One row of float32 A: exact code values, float32 multiply-adds, each block's sums scaled in float32.

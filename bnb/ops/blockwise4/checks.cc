@@ -6,6 +6,21 @@
 namespace bnb::ops::blockwise4 {
 namespace {
 
+// shapeB of the products that take a whole matrix: [N, K], both positive.
+void CheckMatrixShape(const char* op, at::IntArrayRef shapeB) {
+  TORCH_CHECK(shapeB.size() == 2 && shapeB[0] > 0 && shapeB[1] > 0, "bnb::", op, ": shapeB must be [N, K] with ",
+              "N, K > 0, got ", shapeB);
+}
+
+// shapeB as the packed layout takes it (core::Packed4Fits), with what is wrong named.
+void CheckPackedShape(const char* op, at::IntArrayRef shapeB, int64_t blocksize) {
+  CheckMatrixShape(op, shapeB);
+  ThrowIfError(op, core::CheckBlocksize(blocksize));
+  TORCH_CHECK(core::Packed4Fits(shapeB[0], shapeB[1], blocksize), "bnb::", op, ": the packed layout takes K (",
+              shapeB[1], ") a multiple of ", core::kPackCols, " and of blocksize, and blocksize >= ", core::kPackCols,
+              "; got shapeB ", shapeB, ", blocksize ", blocksize);
+}
+
 c10::SymInt ShapeNumel(const char* op, const char* arg, at::IntArrayRef shape) {
   const int64_t n = CheckedNumel(op, arg, shape);
   TORCH_CHECK(n > 0, "bnb::", op, ": ", arg, " ", shape, " is empty; there is nothing to dequantize");
@@ -104,8 +119,7 @@ std::vector<c10::SymInt> CheckGemv(const char* op, const at::Tensor& A, const at
   FloatDType(op, "A", A.scalar_type());
   TORCH_CHECK(A.dim() >= 1 && A.sym_numel() == A.sym_size(-1), "bnb::", op, ": A must be a single row (leading ",
               "dimensions of 1), got shape ", A.sym_sizes());
-  TORCH_CHECK(shapeB.size() == 2 && shapeB[0] > 0 && shapeB[1] > 0, "bnb::", op, ": shapeB must be [N, K] with ",
-              "N, K > 0, got ", shapeB);
+  CheckMatrixShape(op, shapeB);
   TORCH_CHECK(A.sym_size(-1) == shapeB[1], "bnb::", op, ": A has ", A.sym_size(-1), " columns but shapeB ",
               shapeB, " needs ", shapeB[1]);
   ThrowIfError(op, core::CheckBlocksize(blocksize));
@@ -142,16 +156,6 @@ std::vector<c10::SymInt> CheckGemm(const char* op, const at::Tensor& A, const at
     CheckDType(op, "bias", *bias, A.scalar_type());  // as F.linear: no silent conversion
   }
   return RowsTimesN(A, shapeB[0]);
-}
-
-// shapeB as the packed layout takes it (core::Packed4Fits), with what is wrong named.
-static void CheckPackedShape(const char* op, at::IntArrayRef shapeB, int64_t blocksize) {
-  TORCH_CHECK(shapeB.size() == 2 && shapeB[0] > 0 && shapeB[1] > 0, "bnb::", op, ": shapeB must be [N, K] with ",
-              "N, K > 0, got ", shapeB);
-  ThrowIfError(op, core::CheckBlocksize(blocksize));
-  TORCH_CHECK(core::Packed4Fits(shapeB[0], shapeB[1], blocksize), "bnb::", op, ": the packed layout takes K (",
-              shapeB[1], ") a multiple of ", core::kPackCols, " and of blocksize, and blocksize >= ", core::kPackCols,
-              "; got shapeB ", shapeB, ", blocksize ", blocksize);
 }
 
 void CheckPack(const char* op, const at::Tensor& B, at::IntArrayRef shapeB, const at::Tensor& absmax,

@@ -166,21 +166,18 @@ struct Cpu {
   }
 
   // The packed product where bnb/core has a kernel for A's dtype and rows (core::Gemm4PackedRuns), tiles split
-  // over threads; otherwise the weight dequantized by ATen ops (as any device).
-  static at::Tensor GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
-                               int64_t N, int64_t K, int64_t blocksize, const at::Tensor& code,
-                               const c10::optional<at::Tensor>& bias) {
+  // over threads.
+  static bool GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
+                         int64_t N, int64_t K, int64_t blocksize, const at::Tensor& code,
+                         const c10::optional<at::Tensor>& bias, at::Tensor& out) {
     const core::DType dtype = FloatDType(op, "A", A.scalar_type());
     const int64_t M = A.numel() / K;
     absl::StatusOr<core::CpuSettings> settings = core::CurrentCpuSettings();
     TORCH_CHECK(settings.ok(), "bnb::", op, ": ", settings.status().message());
     const bool bf16_products = settings->gemv_bf16_products;
-    if (!core::Gemm4PackedRuns(dtype, M, bf16_products)) {
-      return GemmPackedByTensorOps(A, codes, scales, N, K, blocksize, code, bias);
-    }
+    if (!core::Gemm4PackedRuns(dtype, M, bf16_products)) return false;
     const at::Tensor a = A.contiguous(), c = code.contiguous(), cs = codes.contiguous(), ss = scales.contiguous();
     const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
-    at::Tensor out = at::empty(ShapeWithLast(A, N), A.options());
     const core::Packed4 w{cs.data_ptr<uint8_t>(), ss.data_ptr<float>(), N, K, blocksize};
     const void* ap = a.data_ptr();
     const float* cp = c.data_ptr<float>();
@@ -189,7 +186,7 @@ struct Cpu {
     ParallelOverBlocks(op, core::Packed4Tiles(N), core::kPackRows * K * M, [&](int64_t t0, int64_t t1) {
       core::Gemm4Packed(dtype, ap, M, w, cp, biasp, outp, t0, t1, bf16_products);
     });
-    return out;
+    return true;
   }
 
   // Runs rows(dtype, A, B, code, out, r0, r1, bf16_products) over torch's threads, split by rows.

@@ -25,12 +25,14 @@
 //                                                 const Nested& nested, core::Quant4 q, int64_t blocksize,
 //                                                 const c10::optional<at::Tensor>& bias);
 //     // Optional: pack_4bit and gemm_4bit_packed (the CPU layout, bnb/core/gemm4_packed.h) by kernels of their
-//     // own; without them, Ops composes them from ATen ops (PackByTensorOps, GemmPackedByTensorOps).
+//     // own; without them, Ops composes them from ATen ops (PackByTensorOps, GemmPackedByTensorOps). GemmPacked
+//     // fills out (contiguous, A's dtype, A's shape with its last dimension N) and returns true, or returns false,
+//     // writing nothing, where it has no kernel for these arguments (then Ops composes the product).
 //     static void Pack(const char* op, const at::Tensor& packed, int64_t N, int64_t K, const at::Tensor& absmax,
 //                      int64_t blocksize, at::Tensor& codes, at::Tensor& scales);
-//     static at::Tensor GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes,
-//                                  const at::Tensor& scales, int64_t N, int64_t K, int64_t blocksize,
-//                                  const at::Tensor& code, const c10::optional<at::Tensor>& bias);
+//     static bool GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
+//                            int64_t N, int64_t K, int64_t blocksize, const at::Tensor& code,
+//                            const c10::optional<at::Tensor>& bias, at::Tensor& out);
 //   };
 //
 // and its file registers Ops<MyBackend>::Register in a TORCH_LIBRARY_IMPL for its dispatch key. gemm_4bit needs no
@@ -272,9 +274,11 @@ struct Ops {
     const std::vector<c10::SymInt> shape = CheckGemmPacked(op, A, codes, scales, shapeB, blocksize, code, bias);
     if constexpr (Backend::kIsMeta) {
       return at::empty_symint(shape, A.options());
-    } else if constexpr (HasPacked<Backend>::value) {
-      return Backend::GemmPacked(op, A, codes, scales, shapeB[0], shapeB[1], blocksize, code, bias);
     } else {
+      if constexpr (HasPacked<Backend>::value) {
+        at::Tensor out = at::empty_symint(shape, A.options());
+        if (Backend::GemmPacked(op, A, codes, scales, shapeB[0], shapeB[1], blocksize, code, bias, out)) return out;
+      }
       return GemmPackedByTensorOps(A, codes, scales, shapeB[0], shapeB[1], blocksize, code, bias);
     }
   }

@@ -110,7 +110,7 @@ def _cpu_packed(A, B, quant_state, bias) -> Optional[tuple[torch.Tensor, torch.T
         return None
     N, K = quant_state.shape
     blocksize = quant_state.blocksize
-    if (A.shape[-1] != K or K % 64 or blocksize < 64 or K % blocksize or A.numel() == 0
+    if (A.shape[-1] != K or A.numel() == 0 or not _C.packed4_fits(N, K, blocksize)
             or not bnb_config.get("cpu.pack_4bit")):
         return None
     if not _C.gemm4_packed_runs(str(A.dtype), A.numel() // K):

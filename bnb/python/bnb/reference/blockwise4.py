@@ -260,8 +260,12 @@ def _packed_positions(N, K, blocksize, device):
     return byte, h, scale
 
 
-@kernel("pack_4bit", differentiable=False, example=lambda d: ((_weight_example(d)[1], [32, 192],
-                                                               _weight_example(d)[2], 64), {}))
+def _pack_example(device):
+    _, packed, absmax = _weight_example(device)  # [64, 96] read as [32, 192]: the same codes, K a multiple of 64
+    return (packed, [32, 192], absmax, 64), {}
+
+
+@kernel("pack_4bit", differentiable=False, example=_pack_example)
 def pack_4bit(B, shapeB, absmax, blocksize) -> tuple[torch.Tensor, torch.Tensor]:
     op = "pack_4bit"
     N, K = _check_packed_shape(op, shapeB, blocksize)
@@ -282,8 +286,7 @@ def pack_4bit(B, shapeB, absmax, blocksize) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def _gemm_packed_example(device):
-    _, packed, absmax = _weight_example(device)
-    codes, scales = pack_4bit(packed, [32, 192], absmax, 64)
+    codes, scales = pack_4bit(*_pack_example(device)[0])
     A = torch.randn(3, 192, generator=torch.Generator().manual_seed(1)).to(device, torch.bfloat16)
     return (A, codes, scales, [32, 192], 64, code4("nf4", device)), \
         {"bias": torch.ones(32, dtype=torch.bfloat16, device=device)}

@@ -49,25 +49,20 @@ struct Bnbdev {
                 scales.data_ptr<float>(), 0, core::Packed4Tiles(N));
   }
 
-  // bnb/core's kernel where it has one (the default cpu.gemv_bf16_products), else the ATen composition of ops.h.
-  static at::Tensor GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
-                               int64_t N, int64_t K, int64_t blocksize, const at::Tensor& code,
-                               const c10::optional<at::Tensor>& bias) {
+  // bnb/core's kernel where it has one (the default cpu.gemv_bf16_products); else ops.h composes the product.
+  static bool GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
+                         int64_t N, int64_t K, int64_t blocksize, const at::Tensor& code,
+                         const c10::optional<at::Tensor>& bias, at::Tensor& out) {
     CountCall(op);
     const core::DType dtype = bnb::ops::FloatDType(op, "A", A.scalar_type());
     const int64_t M = A.numel() / K;
-    if (!core::Gemm4PackedRuns(dtype, M)) {
-      return bnb::ops::blockwise4::GemmPackedByTensorOps(A, codes, scales, N, K, blocksize, code, bias);
-    }
+    if (!core::Gemm4PackedRuns(dtype, M)) return false;
     const at::Tensor a = A.contiguous(), c = code.contiguous(), cs = codes.contiguous(), ss = scales.contiguous();
     const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
-    std::vector<int64_t> shape(A.sizes().begin(), A.sizes().end());
-    shape.back() = N;
-    at::Tensor out = at::empty(shape, A.options());
     const core::Packed4 w{cs.data_ptr<uint8_t>(), ss.data_ptr<float>(), N, K, blocksize};
     core::Gemm4Packed(dtype, a.data_ptr(), M, w, c.data_ptr<float>(), b.defined() ? b.data_ptr() : nullptr,
                       out.data_ptr(), 0, core::Packed4Tiles(N));
-    return out;
+    return true;
   }
 };
 
