@@ -2,11 +2,13 @@
 #include "bnb/core/gemm4_packed.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "bnb/core/gemm4_packed_x86.h"
 #include "bnb/core/gemv4.h"
+#include "bnb/core/int8_gemm.h"
 
 namespace bnb::core {
 
@@ -77,7 +79,76 @@ constexpr int64_t kMaxBf16Rows = 64;
 constexpr int64_t kMaxF32Rows = 128;
 constexpr int64_t kMaxF16Rows = 256;
 
+// Tile t's sums for rows [r0, r0 + rows) (sums[(r - r0) * 16 + j]) plus bias, each rounded once into out.
+void StoreTile(DType dtype, const float* sums, int64_t r0, int64_t rows, const Packed4& w, int64_t t,
+               const void* bias, void* out) {
+  const int64_t tile_rows = std::min(kPackRows, w.N - t * kPackRows);
+  for (int64_t j = 0; j < tile_rows; ++j) {
+    const int64_t n = t * kPackRows + j;
+    const float add = bias == nullptr ? 0.0f : LoadAsFloat(dtype, bias, n);
+    for (int64_t r = 0; r < rows; ++r) {
+      float v = sums[r * kPackRows + j];
+      if (bias != nullptr) v = v + add;
+      StoreFromFloat(dtype, out, (r0 + r) * w.N + n, v);
+    }
+  }
+}
+
+// Rows of int8 activations per sweep over a thread's tiles: their 64 KB per 1024 columns stay in L2 while the
+// weight streams past.
+constexpr int64_t kInt8SweepRows = 64;
+
 }  // namespace
+
+bool Gemm4PackedInt8Runs() {
+#if BNB_GEMV4_X86
+  return ActiveInt8GemmKernel() == Int8GemmKernel::kAvx512Vnni;
+#else
+  return false;
+#endif
+}
+
+bool Int8CodeValues(const float* code16, int8_t* values16, int* bad) {
+  int8_t v[16];
+  for (int i = 0; i < 16; ++i) {
+    if (!(code16[i] >= -1.0f && code16[i] <= 1.0f)) {
+      *bad = i;
+      return false;
+    }
+    v[i] = static_cast<int8_t>(std::nearbyint(127.0f * code16[i]));  // the default rounding: ties to even
+  }
+  std::memcpy(values16, v, sizeof(v));
+  return true;
+}
+
+Int8Activations QuantizeActivationsInt8(DType dtype, const void* A, int64_t M, int64_t K) {
+  Int8Activations a{M, K, std::vector<int8_t>(M * K), std::vector<float>(M * K / kPackCols),
+                    std::vector<int32_t>(M * K / kPackCols)};
+#if BNB_GEMV4_X86
+  packed4_x86::QuantizeInt8(dtype, A, a);
+#else
+  (void)dtype, (void)A;
+#endif
+  return a;
+}
+
+void Gemm4PackedInt8(DType dtype, const Int8Activations& a, const Packed4& w, const int8_t* values16,
+                     const void* bias, void* out, int64_t t0, int64_t t1) {
+#if BNB_GEMV4_X86
+  uint8_t table64[64];  // the values biased to unsigned bytes, in each 16-byte lane
+  for (int i = 0; i < 64; ++i) table64[i] = static_cast<uint8_t>(values16[i % 16] + 128);
+  std::vector<float> sums(std::min(a.M, kInt8SweepRows) * kPackRows);
+  for (int64_t r0 = 0; r0 < a.M; r0 += kInt8SweepRows) {
+    const int64_t rows = std::min(kInt8SweepRows, a.M - r0);
+    for (int64_t t = t0; t < t1; ++t) {
+      packed4_x86::TileInt8Rows(a, r0, rows, w, table64, t, sums.data());
+      StoreTile(dtype, sums.data(), r0, rows, w, t, bias, out);
+    }
+  }
+#else
+  (void)dtype, (void)a, (void)w, (void)values16, (void)bias, (void)out, (void)t0, (void)t1;
+#endif
+}
 
 bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products) {
   switch (Choose(dtype, bf16_products)) {
@@ -131,16 +202,7 @@ void Gemm4Packed(DType dtype, const void* A, int64_t M, const Packed4& w, const 
     } else {
       packed4_x86::TileF32Rows(static_cast<const float*>(a), M, w, code16, t, sums.data());
     }
-    const int64_t rows = std::min(kPackRows, w.N - t * kPackRows);
-    for (int64_t j = 0; j < rows; ++j) {
-      const int64_t n = t * kPackRows + j;
-      const float add = bias == nullptr ? 0.0f : LoadAsFloat(dtype, bias, n);
-      for (int64_t r = 0; r < M; ++r) {
-        float v = sums[r * kPackRows + j];
-        if (bias != nullptr) v = v + add;
-        StoreFromFloat(dtype, out, r * w.N + n, v);
-      }
-    }
+    StoreTile(dtype, sums.data(), 0, M, w, t, bias, out);
   }
 #else
   (void)dtype, (void)A, (void)M, (void)w, (void)code16, (void)bias, (void)out, (void)t0, (void)t1;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "bnb/core/dtype.h"
 
@@ -59,5 +60,39 @@ bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products = true);
 // definition instead; callers that want that keep such weights unpacked). Only where Gemm4PackedRuns says so.
 void Gemm4Packed(DType dtype, const void* A, int64_t M, const Packed4& w, const float* code16, const void* bias,
                  void* out, int64_t t0, int64_t t1, bool bf16_products = true);
+
+// The product with int8 activations (opt-in: gemm_4bit_packed's int8_activations; llama.cpp's way), its definition
+// (bnb/python/bnb/reference/blockwise4.py has it in torch; the kernel matches it bit for bit):
+//   - each row of A, in float32, is quantized per group of 64 columns: sa = max|a| / 127, q = a / sa rounded to
+//     nearest (ties to even) and clamped to [-127, 127]; a group of zeros has q = 0, and a group holding an infinite
+//     or NaN value q = 0 and sa = NaN (its rows' outputs are NaN);
+//   - the 16 code values become round(127 * code) (ties to even; the codes must lie in [-1, 1]);
+//   - out[r, n] = the sum over groups g in order, from 0, of float(dot) * (step * scale), where dot is the group's
+//     exact integer sum of q * value, step = max|a| / 127^2 (q's step sa times the values' 1 / 127; NaN for a
+//     group that is not finite) and scale the weight's block scale, each product and sum rounded in float32 (no
+//     fused multiply-add); plus bias[n] in float32; rounded once to A's dtype.
+// Whether it runs: AVX512-VNNI under the cpu.isa cap (vpdpbusd: 64 products an instruction, twice vdpbf16ps').
+bool Gemm4PackedInt8Runs();
+
+// The code values as int8 (values16[i] = round(127 * code16[i])); false, values16 untouched, where a code value is
+// outside [-1, 1] or NaN (the index of the first such value in *bad).
+bool Int8CodeValues(const float* code16, int8_t* values16, int* bad);
+
+// A quantized as the definition says, arranged for the kernel: group g's row r at q + (g * M + r) * 64, each
+// 4-byte lane p holding columns 2p, 2p + 1, 32 + 2p, 33 + 2p (a weight run's order), its step at step[g * M + r]
+// and -128 * (the sum of its q) at offset[g * M + r] (the kernel multiplies codes biased by 128: vpdpbusd takes
+// unsigned weights). Only where Gemm4PackedInt8Runs says so.
+struct Int8Activations {
+  int64_t M, K;
+  std::vector<int8_t> q;
+  std::vector<float> step;
+  std::vector<int32_t> offset;
+};
+Int8Activations QuantizeActivationsInt8(DType dtype, const void* A, int64_t M, int64_t K);
+
+// Tiles [t0, t1) of the product by the definition above, out and bias as Gemm4Packed's. Only where
+// Gemm4PackedInt8Runs says so.
+void Gemm4PackedInt8(DType dtype, const Int8Activations& a, const Packed4& w, const int8_t* values16,
+                     const void* bias, void* out, int64_t t0, int64_t t1);
 
 }  // namespace bnb::core

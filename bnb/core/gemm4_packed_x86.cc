@@ -16,11 +16,13 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <limits>
 
 #include "bnb/core/dtype.h"
 
 #define BNB_TARGET_AVX512 __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq")))
 #define BNB_TARGET_AVX512BF16 __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define BNB_TARGET_AVX512VNNI __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 
 namespace bnb::core::packed4_x86 {
 namespace {
@@ -277,6 +279,134 @@ BNB_TARGET_AVX512 void TileF32Rows(const float* a, int64_t M, const Packed4& w, 
   for (int64_t r = 0; r < M; ++r) {
     const float* s = pair_sums + 2 * r * kPackRows;
     _mm512_storeu_ps(sums + r * kPackRows, PairTotals(_mm512_loadu_ps(s), _mm512_loadu_ps(s + 16)));
+  }
+}
+
+namespace {
+
+// 16 values of A (`dtype`) from element i, as float32.
+BNB_TARGET_AVX512 inline __m512 Load16AsF32(DType dtype, const void* A, int64_t i) {
+  const auto* a16 = reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(A) + i);
+  switch (dtype) {
+    case DType::kFloat32: return _mm512_loadu_ps(static_cast<const float*>(A) + i);
+    case DType::kBFloat16:
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(a16)), 16));
+    case DType::kFloat16: return _mm512_cvtph_ps(_mm256_loadu_si256(a16));
+  }
+  return _mm512_setzero_ps();
+}
+
+// R rows of int8 activations (group g's rows at q, step, offset) against one group of a tile (its runs at run, its
+// block scales sv), added to the rows' sums. A run widened to 32-bit lanes holds row j's bytes b(2j), b(2j + 1) in
+// lane j; moving its nibbles 1 and 3 up 12 bits and masking puts the lane's four codes in the activations' column
+// order (2p, 2p + 1, 32 + 2p, 33 + 2p), which one vpshufb turns into biased int8 values. Rows fewer than vpdpbusd's
+// latency get a second chain each.
+template <int R>
+BNB_TARGET_AVX512VNNI inline void Int8Pass(const uint8_t* run, __m512i table, __m512 sv, const int8_t* q,
+                                           const float* step, const int32_t* offset, float* sums) {
+  constexpr bool kTwoChains = R < 6;
+  const __m512i nibbles = _mm512_set1_epi32(0x0F0F0F0F);
+  __m512i e[R], o[kTwoChains ? R : 1];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    e[r] = _mm512_set1_epi32(offset[r]);
+    if constexpr (kTwoChains) o[r] = _mm512_setzero_si512();
+  }
+#pragma GCC unroll 16
+  for (int p = 0; p < 16; ++p) {
+    const __m512i x = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(run + 32 * p)));
+    const __m512i lanes = _mm512_ternarylogic_epi32(x, _mm512_slli_epi32(x, 12), nibbles, 0xA8);  // (x | y) & m
+    const __m512i values = _mm512_shuffle_epi8(table, lanes);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      int32_t four;
+      std::memcpy(&four, q + r * kPackCols + 4 * p, 4);
+      if (kTwoChains && p % 2 == 1) {
+        o[r] = _mm512_dpbusd_epi32(o[r], values, _mm512_set1_epi32(four));
+      } else {
+        e[r] = _mm512_dpbusd_epi32(e[r], values, _mm512_set1_epi32(four));
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    __m512i dot = e[r];
+    if constexpr (kTwoChains) dot = _mm512_add_epi32(dot, o[r]);
+    const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(step[r]), sv);
+    float* s = sums + 16 * r;
+    _mm512_storeu_ps(s, _mm512_add_ps(_mm512_loadu_ps(s), _mm512_mul_ps(_mm512_cvtepi32_ps(dot), scale)));
+  }
+}
+
+template <int R>
+BNB_TARGET_AVX512VNNI inline void Int8Rest(int rows, const uint8_t* run, __m512i table, __m512 sv, const int8_t* q,
+                                           const float* step, const int32_t* offset, float* sums) {
+  if constexpr (R > 0) {
+    if (rows == R) return Int8Pass<R>(run, table, sv, q, step, offset, sums);
+    Int8Rest<R - 1>(rows, run, table, sv, q, step, offset, sums);
+  }
+}
+
+}  // namespace
+
+BNB_TARGET_AVX512 void QuantizeInt8(DType dtype, const void* A, Int8Activations& a) {
+  const int64_t M = a.M, K = a.K, groups = K / kPackCols;
+  const __m512 magnitude = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  for (int64_t r = 0; r < M; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      __m512 v[4], top = _mm512_setzero_ps();
+      __mmask16 bad = 0;
+      for (int c = 0; c < 4; ++c) {
+        v[c] = Load16AsF32(dtype, A, r * K + g * kPackCols + 16 * c);
+        bad |= _mm512_cmp_ps_mask(_mm512_sub_ps(v[c], v[c]), v[c], _CMP_UNORD_Q);  // x - x: NaN where x is not finite
+        top = _mm512_max_ps(top, _mm512_and_ps(v[c], magnitude));
+      }
+      const int64_t at = g * M + r;
+      int8_t* q = a.q.data() + at * kPackCols;
+      const float amax = bad != 0 ? std::numeric_limits<float>::quiet_NaN() : _mm512_reduce_max_ps(top);
+      const float sa = amax / 127.0f;
+      a.step[at] = amax / (127.0f * 127.0f);
+      if (!(sa > 0.0f)) {  // zeros (or too small for a float32 scale), or not finite
+        std::memset(q, 0, kPackCols);
+        a.offset[at] = 0;
+        continue;
+      }
+      const __m512 divisor = _mm512_set1_ps(sa), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+      __m512i n[4];
+      __m128i b[4];
+      for (int c = 0; c < 4; ++c) {
+        const __m512 x = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(v[c], divisor), lo), hi);
+        n[c] = _mm512_cvt_roundps_epi32(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        b[c] = _mm512_cvtepi32_epi8(n[c]);  // columns 16c .. 16c + 15
+      }
+      // Lane p: the 16-bit words p of columns 0-31 and of columns 32-63.
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm_unpacklo_epi16(b[0], b[2]));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm_unpackhi_epi16(b[0], b[2]));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32), _mm_unpacklo_epi16(b[1], b[3]));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 48), _mm_unpackhi_epi16(b[1], b[3]));
+      const __m512i total = _mm512_add_epi32(_mm512_add_epi32(n[0], n[1]), _mm512_add_epi32(n[2], n[3]));
+      a.offset[at] = -128 * _mm512_reduce_add_epi32(total);
+    }
+  }
+}
+
+BNB_TARGET_AVX512VNNI void TileInt8Rows(const Int8Activations& a, int64_t r0, int64_t rows, const Packed4& w,
+                                        const uint8_t* table64, int64_t t, float* sums) {
+  const __m512i table = _mm512_loadu_si512(table64);
+  const TileOf tile(w, t);
+  std::memset(sums, 0, sizeof(float) * kPackRows * rows);
+  for (int64_t g = 0; g < tile.groups; ++g) {
+    const uint8_t* run = tile.codes + g * kPackGroupBytes;
+    PrefetchGroup(run);
+    const __m512 sv = _mm512_loadu_ps(tile.scales + g / tile.per_block * kPackRows);
+    const int64_t base = g * a.M + r0;
+    int64_t r = 0;
+    for (; r + kPassRows <= rows; r += kPassRows) {
+      Int8Pass<kPassRows>(run, table, sv, a.q.data() + (base + r) * kPackCols, a.step.data() + base + r,
+                          a.offset.data() + base + r, sums + r * kPackRows);
+    }
+    Int8Rest<kPassRows - 1>(static_cast<int>(rows - r), run, table, sv, a.q.data() + (base + r) * kPackCols,
+                            a.step.data() + base + r, a.offset.data() + base + r, sums + r * kPackRows);
   }
 }
 

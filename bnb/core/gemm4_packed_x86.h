@@ -24,5 +24,13 @@ void TileF32One(const float* a, const Packed4& w, const float* code16, int64_t t
 // up to 8 rows, each group's sums scaled in float32. sums holds 3 * 16 * M floats (the last 2 * 16 * M: work).
 void TileF32Rows(const float* a, int64_t M, const Packed4& w, const float* code16, int64_t t, float* sums);
 
+// int8 activations (gemm4_packed.h's definition; the kernel needs AVX512-VNNI). QuantizeInt8 fills an
+// Int8Activations' q, step and offset from A (M x K, `dtype`) as the definition says. TileInt8Rows writes tile t's sums
+// for the activations' rows [r0, r0 + rows): sums[(r - r0) * 16 + j]. table64: the 16 code values plus 128, as bytes,
+// in each of the four 16-byte lanes (vpshufb looks up within a lane).
+void QuantizeInt8(DType dtype, const void* A, Int8Activations& a);
+void TileInt8Rows(const Int8Activations& a, int64_t r0, int64_t rows, const Packed4& w, const uint8_t* table64,
+                  int64_t t, float* sums);
+
 }  // namespace bnb::core::packed4_x86
 #endif

@@ -140,6 +140,10 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("dtype"), py::arg("M"),
   "Whether gemm_4bit_packed has a CPU kernel for M rows of A of this dtype (else it dequantizes the weight), after "
   "the cpu.isa cap and cpu.gemv_bf16_products.");
+  m.def("gemm4_packed_int8_runs", [] {
+    Unwrap(bnb::core::CurrentCpuSettings());  // applies the cap first
+    return bnb::core::Gemm4PackedInt8Runs();
+  }, "Whether gemm_4bit_packed has a CPU kernel for int8_activations (AVX512-VNNI), after the cpu.isa cap.");
   m.def("packed4_fits", &bnb::core::Packed4Fits, py::arg("N"), py::arg("K"), py::arg("blocksize"),
         "Whether pack_4bit's layout takes an N x K 4-bit weight of this blocksize.");
   m.def("cpu_isas", &bnb::core::AvailableIsas, "Instruction sets compiled in and supported here, best first.");

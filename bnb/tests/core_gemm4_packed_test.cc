@@ -4,6 +4,7 @@
 // count the kernels split differently, on every instruction set (the kernels run where the cap allows).
 #include "bnb/core/gemm4_packed.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <tuple>
@@ -127,6 +128,95 @@ TEST_P(EveryIsa, PackedProductIsExactOnIntegerData) {
   }
   if (ActiveGemv4Kernel(DType::kFloat32, 128) != Gemv4Kernel::kHighway) {
     EXPECT_GT(ran, 0) << "the AVX-512 kernels did not run";
+  }
+}
+
+// The int8-activation product's definition (gemm4_packed.h), element by element on bitsandbytes' layout.
+float Int8RowScalar(DType dtype, const uint8_t* A, const Weight& w, const float* code16, int64_t r, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t g = 0; g < w.K / 64; ++g) {
+    float a[64], top = 0.0f;
+    bool finite = true;
+    for (int k = 0; k < 64; ++k) {
+      a[k] = LoadAsFloat(dtype, A, r * w.K + g * 64 + k);
+      finite = finite && std::isfinite(a[k]);
+      top = std::max(top, std::fabs(a[k]));
+    }
+    const float sa = finite ? top / 127.0f : NAN;
+    int64_t dot = 0;
+    for (int k = 0; sa > 0.0f && k < 64; ++k) {
+      const float q = std::nearbyint(std::min(std::max(a[k] / sa, -127.0f), 127.0f));
+      dot += static_cast<int64_t>(q) * static_cast<int64_t>(std::nearbyint(127.0f * code16[CodeAt(w, n, g * 64 + k)]));
+    }
+    const float step = (finite ? top : NAN) / (127.0f * 127.0f);
+    const float scale = step * w.absmax[(n * w.K + g * 64) / w.blocksize];
+    acc = acc + static_cast<float>(dot) * scale;
+  }
+  return acc;
+}
+
+// Random data and NF4's values (the rounding of 127 * code and of a / sa matter here), special groups: zeros, an
+// infinity, a NaN, values too small for a float32 scale, values at a rounding tie. Every row count a pass splits.
+TEST_P(EveryIsa, Int8ActivationProductFollowsItsDefinition) {
+  const float nf4[16] = {-1.0f, -0.6961928f, -0.5250731f, -0.3949175f, -0.2844414f, -0.1848089f, -0.0910500f, 0.0f,
+                         0.0795803f, 0.1609302f, 0.2461123f, 0.3379152f, 0.4407098f, 0.5626170f, 0.7229568f, 1.0f};
+  int8_t values[16];
+  int bad = -1;
+  ASSERT_TRUE(Int8CodeValues(nf4, values, &bad));
+  EXPECT_EQ(values[0], -127);
+  EXPECT_EQ(values[8], 10);  // 127 * 0.0795803 = 10.1
+  const float too_big[16] = {0, 0, 0, 1.5f};
+  EXPECT_FALSE(Int8CodeValues(too_big, values, &bad));
+  EXPECT_EQ(bad, 3);
+  ASSERT_TRUE(Int8CodeValues(nf4, values, &bad));
+  if (!Gemm4PackedInt8Runs()) GTEST_SKIP() << "no AVX512-VNNI under this cap";
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const auto& [N, K, bs] : {std::tuple<int64_t, int64_t, int64_t>{37, 192, 64}, {16, 256, 128},
+                                 {33, 4096, 64}, {20, 512, 512}}) {
+    Weight w = RandomWeight(N, K, bs, rng);
+    for (auto& s : w.absmax) s *= 0.37f;  // scales that are not powers of two
+    std::vector<uint8_t> codes(Packed4CodeBytes(N, K));
+    std::vector<float> scales(Packed4ScaleCount(N, K, bs));
+    Pack4(w.B.data(), w.absmax.data(), N, K, bs, codes.data(), scales.data(), 0, Packed4Tiles(N));
+    const Packed4 packed{codes.data(), scales.data(), N, K, bs};
+    for (DType dtype : {DType::kBFloat16, DType::kFloat32, DType::kFloat16}) {
+      for (int64_t M : {1, 2, 5, 6, 15, 16, 17, 33, 64, 65, 130}) {
+        std::vector<float> a(M * K), bias(N);
+        for (auto& v : a) v = normal(rng);
+        for (auto& v : bias) v = normal(rng);
+        if (M > 4) {
+          for (int k = 0; k < 64; ++k) a[1 * K + k] = 0.0f;           // row 1, group 0: zeros
+          a[2 * K + 5] = INFINITY;                                   // row 2: an infinity
+          a[3 * K + K - 1] = NAN;                                    // row 3: a NaN in the last group
+          for (int k = 0; k < 64; ++k) a[4 * K + k] = k == 0 ? 127.0f : (k % 2 == 0 ? 0.5f : 2.5f);  // ties
+          if (dtype == DType::kFloat32) {
+            for (int k = 0; k < 64; ++k) a[4 * K + 64 + k] = 1e-44f;  // scale below float32's range
+          }
+        }
+        const std::vector<uint8_t> A = Encode(dtype, a), bias_bytes = Encode(dtype, bias);
+        const size_t size = DTypeSize(dtype);
+        std::vector<uint8_t> out(M * N * size), rounded(size);
+        const Int8Activations act = QuantizeActivationsInt8(dtype, A.data(), M, K);
+        const int64_t tiles = Packed4Tiles(N);
+        Gemm4PackedInt8(dtype, act, packed, values, bias_bytes.data(), out.data(), 0, 1);
+        Gemm4PackedInt8(dtype, act, packed, values, bias_bytes.data(), out.data(), 1, tiles);
+        for (int64_t r = 0; r < M; ++r) {
+          for (int64_t n = 0; n < N; ++n) {
+            const float got = LoadAsFloat(dtype, out.data(), r * N + n);
+            const float b = LoadAsFloat(dtype, bias_bytes.data(), n);
+            StoreFromFloat(dtype, rounded.data(), 0, Int8RowScalar(dtype, A.data(), w, nf4, r, n) + b);
+            const float expect = LoadAsFloat(dtype, rounded.data(), 0);
+            if (std::isnan(expect)) {
+              ASSERT_TRUE(std::isnan(got)) << DTypeName(dtype) << " M " << M << " row " << r << " n " << n;
+            } else {
+              ASSERT_EQ(got, expect) << DTypeName(dtype) << " M " << M << " row " << r << " n " << n << " N " << N
+                                     << " K " << K << " bs " << bs;
+            }
+          }
+        }
+      }
+    }
   }
 }
 

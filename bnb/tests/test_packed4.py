@@ -200,3 +200,106 @@ def test_batches_of_any_shape_storage_and_bias_dtype(knob, storage):
     assert_close_bf16(got, plain)
     exact = dense_result(layer, x.reshape(-1, 256)).reshape(2, 3, 80)
     assert (got.double() - exact).abs().mean() <= 1.1 * (plain.double() - exact).abs().mean()
+
+
+# int8 activations (gemm_4bit_packed's int8_activations, knob cpu.int8_activations): the kernel and the ATen
+# composition against the reference's definition, bit for bit; the error it costs; Linear4bit with the knob.
+
+@pytest.fixture
+def cap():
+    yield
+    bnb.config.unset("cpu.isa")
+    bnb.config.unset("cpu.int8_activations")
+
+
+def int8_cases(dtype, M, seed):
+    N, K, bs = 37, 512, 128
+    B, absmax = weight(N, K, bs, seed=seed)
+    codes, scales = torch.ops.bnb.pack_4bit(B, [N, K], absmax, bs)
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(M, K, generator=g).to(dtype)
+    if M >= 4:
+        A[1, :64] = 0                  # a group of zeros
+        A[2, 70] = float("inf")        # a row with an infinity
+        A[3, 500] = float("nan")       # a row with a NaN
+        A[0, 128:192] = torch.tensor([127.0] + [0.5, 2.5] * 31 + [1.5]).to(dtype)  # q ties: 0.5 -> 0, 2.5 -> 2
+    bias = torch.randn(N, generator=g).to(dtype)
+    return (A, codes, scales, [N, K], bs), bias
+
+
+def same(got, want):
+    return torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+@pytest.mark.parametrize("path", ["kernel", "composition"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
+@pytest.mark.parametrize("M", [1, 5, 16, 70])
+def test_int8_activations_follow_the_definition(cap, path, dtype, M):
+    if path == "kernel" and not _C.gemm4_packed_int8_runs():
+        pytest.skip("no AVX512-VNNI kernel on this CPU")
+    if path == "composition":
+        bnb.config.set("cpu.isa", "avx2")  # no int8 kernel under this cap: ops.h composes the product
+        assert not _C.gemm4_packed_int8_runs()
+    args, bias = int8_cases(dtype, M, seed=M)
+    code = ref.code4("nf4")
+    for b in (None, bias):
+        got = torch.ops.bnb.gemm_4bit_packed(*args, code, b, True)
+        want = ref.gemm_4bit_packed(*args, code, b, True)
+        assert got.dtype == dtype and got.shape == want.shape
+        assert same(got, want), (got.float() - want.float()).abs().nan_to_num().max()
+    if M >= 4:
+        assert got[2].isnan().all() and got[3].isnan().all() and not got[[0, 1]].isnan().any()
+    meta = torch.ops.bnb.gemm_4bit_packed(*[a.to("meta") if isinstance(a, torch.Tensor) else a for a in args],
+                                          code.to("meta"), None, True)
+    assert meta.shape == got.shape
+
+
+def test_int8_activations_cost_stated_error():
+    # The knob's documented cost: on Gaussian data about 4x the error of bfloat16 products against the float64 product
+    # of the dequantized weight, while against the original weight the 4-bit codes' own error dominates.
+    N, K, bs = 256, 2048, 64
+    W = torch.randn(N, K, generator=torch.Generator().manual_seed(8)) * 0.02
+    B, absmax = torch.ops.bnb.quantize_4bit(W, bs, "nf4", torch.uint8)
+    code = ref.code4("nf4")
+    codes, scales = torch.ops.bnb.pack_4bit(B, [N, K], absmax, bs)
+    A = torch.randn(16, K, generator=torch.Generator().manual_seed(9)).bfloat16()
+    Wd = ref.dequantize_with_code(B, absmax, code, bs, [N, K], torch.float64)
+    exact, original = A.double() @ Wd.T, A.double() @ W.double().T
+
+    def rel(y, to):
+        return ((y.double() - to).abs().mean() / to.abs().mean()).item()
+
+    int8 = torch.ops.bnb.gemm_4bit_packed(A, codes, scales, [N, K], bs, code, None, True)
+    bf16 = torch.nn.functional.linear(A, Wd.bfloat16())
+    assert 2 * rel(bf16, exact) < rel(int8, exact) < 6 * rel(bf16, exact) < 0.02
+    assert rel(int8, original) < 1.02 * rel(bf16, original)
+
+
+def test_int8_activations_refuse_code_values_outside_one():
+    args, _ = int8_cases(torch.float32, 2, seed=1)
+    code = ref.code4("nf4").clone()
+    code[5] = 1.5
+    with pytest.raises(RuntimeError, match=r"int8_activations takes code values in \[-1, 1\].*code\[5\] = 1.5"):
+        torch.ops.bnb.gemm_4bit_packed(*args, code, None, True)
+    with pytest.raises(RuntimeError, match=r"code\[5\] = 1.5"):
+        ref.gemm_4bit_packed(*args, code, None, True)
+
+
+@pytest.mark.parametrize("rows", [1, 16, 100])
+def test_linear4bit_with_int8_activations(knob, cap, rows):
+    layer = linear(compress=True)
+    x = torch.randn(rows, 256, dtype=torch.bfloat16)
+    with torch.no_grad():
+        default = layer(x)
+        bnb.config.set("cpu.int8_activations", True)
+        got = layer(x)
+    state = layer.weight.quant_state
+    if not _C.gemm4_packed_int8_runs():  # no kernel: the knob changes nothing
+        assert torch.equal(got, default)
+        return
+    codes, scales = state._cpu_pack[2]
+    want = ref.gemm_4bit_packed(x, codes, scales, list(state.shape), state.blocksize, ref.code4("nf4"),
+                                layer.bias, True)
+    assert torch.equal(got, want)
+    exact = dense_result(layer, x)
+    assert (got.double() - exact).abs().mean() < 6 * (default.double() - exact).abs().mean()

@@ -1,6 +1,7 @@
-// The packed 4-bit layout (gemm4_packed.h) against the row-major kernels (gemv4.h) on the same weights, 1 and 2
-// threads, bfloat16 and float32 A, one row and small batches; weights cycled over copies larger than the last-level
-// cache, so each call reads its weight from memory, and a copy of as many bytes as the limit.
+// The packed 4-bit layout (gemm4_packed.h) against the row-major kernels (gemv4.h) on the same weights, and the
+// int8-activation product over it (its activations quantized in each call), 1 and 2 threads, bfloat16 and float32
+// A, one row and batches; weights cycled over copies larger than the last-level cache, so each call reads its weight
+// from memory, and a copy of as many bytes as the limit.
 // Usage: core_gemm4_packed_bench [--rounds N]
 #include <algorithm>
 #include <cstdint>
@@ -90,6 +91,19 @@ void Run(int64_t N, int64_t K, int64_t M, DType dtype, int threads, int rounds) 
                              tiles * (part + 1) / parts);
     });
   };
+  int8_t values16[16];
+  int bad = 0;
+  bnb::core::Int8CodeValues(code16, values16, &bad);
+  const auto int8 = [&] {  // the activations quantized once per call, as the op does
+    const Weight& w = ws[next++ % copies];
+    const bnb::core::Packed4 p{w.codes.data(), w.scales.data(), N, K, kBlocksize};
+    const int64_t tiles = bnb::core::Packed4Tiles(N);
+    const bnb::core::Int8Activations act = bnb::core::QuantizeActivationsInt8(dtype, A, M, K);
+    Parallel(threads, [&](int part, int parts) {
+      bnb::core::Gemm4PackedInt8(dtype, act, p, values16, nullptr, out.data(), tiles * part / parts,
+                                 tiles * (part + 1) / parts);
+    });
+  };
   std::vector<uint8_t> dst(bytes);
   const auto copy = [&] {
     const Weight& w = ws[next++ % copies];
@@ -99,17 +113,21 @@ void Run(int64_t N, int64_t K, int64_t M, DType dtype, int threads, int rounds) 
     });
   };
   const bool small_ok = M == 1 || bnb::core::Gemm4SmallRuns(dtype, M, K);
-  double best_row = 1e30, best_packed = 1e30, best_copy = 1e30;
-  for (int r = 0; r < rounds; ++r) {  // alternating, so both see the same machine
+  const bool packed_ok = bnb::core::Gemm4PackedRuns(dtype, M), int8_ok = bnb::core::Gemm4PackedInt8Runs();
+  double best_row = 1e30, best_packed = 1e30, best_int8 = 1e30, best_copy = 1e30;
+  for (int r = 0; r < rounds; ++r) {  // alternating, so all see the same machine
     if (small_ok) best_row = std::min(best_row, BestUs(1, row_major));
-    best_packed = std::min(best_packed, BestUs(1, packed));
+    if (packed_ok) best_packed = std::min(best_packed, BestUs(1, packed));
+    if (int8_ok) best_int8 = std::min(best_int8, BestUs(1, int8));
     best_copy = std::min(best_copy, BestUs(1, copy));
   }
-  std::printf("%5lld x %5lld  M %2lld  %-8s %d thr: row-major %8.1f us   packed %8.1f us  (%.2fx)   copy %7.1f us"
-              "  packed %3.0f%% of copy\n",
+  const auto shown = [](bool ok, double us) { return ok ? us : 0.0; };
+  std::printf("%5lld x %5lld  M %3lld  %-8s %d thr: row-major %8.1f us   packed %8.1f us  (%.2fx)   int8 A %8.1f us"
+              "   copy %7.1f us  packed %3.0f%% of copy\n",
               static_cast<long long>(N), static_cast<long long>(K), static_cast<long long>(M),
-              dtype == DType::kBFloat16 ? "bfloat16" : "float32", threads, small_ok ? best_row : 0.0, best_packed,
-              small_ok ? best_row / best_packed : 0.0, best_copy, 100.0 * best_copy / best_packed);
+              dtype == DType::kBFloat16 ? "bfloat16" : "float32", threads, shown(small_ok, best_row),
+              shown(packed_ok, best_packed), small_ok && packed_ok ? best_row / best_packed : 0.0,
+              shown(int8_ok, best_int8), best_copy, packed_ok ? 100.0 * best_copy / best_packed : 0.0);
 }
 
 }  // namespace
@@ -136,7 +154,7 @@ int main(int argc, char** argv) {
       Run(14336, 4096, 1, dtype, threads, rounds);
       Run(4096, 14336, 1, dtype, threads, rounds);
     }
-    for (int64_t M : {2, 4, 8, 16, 32}) Run(4096, 4096, M, DType::kBFloat16, threads, rounds);
+    for (int64_t M : {2, 4, 8, 16, 32, 64, 128}) Run(4096, 4096, M, DType::kBFloat16, threads, rounds);
   }
   return 0;
 }

@@ -1,5 +1,6 @@
 """CPU benchmark of the 4-bit matrix-vector product, one token: bnb's gemv_4bit on bitsandbytes' layout and its
-matmul_4bit (as Linear4bit calls it: over the tiled copy of the weight, cpu.pack_4bit) beside bitsandbytes' (where
+matmul_4bit (as Linear4bit calls it: over the tiled copy of the weight, cpu.pack_4bit; and with the opt-in
+cpu.int8_activations, where the CPU has AVX512-VNNI) beside bitsandbytes' (where
 importable: its gemv_4bit on the weight as stored, and its Linear4bit in eval mode, which repacks the weight into
 its CPU layout as transformers' inference gets it), torch's int4 kernel (_weight_int4pack_mm_for_cpu), F.linear on
 the dense weight, and a memory copy as the limit, all in one run, at each thread count.
@@ -34,6 +35,14 @@ def bnb_matmul_case(W, dtype, blocksize):
     """matmul_4bit, as Linear4bit's forward calls it: on the CPU the tiled copy of the weight (cpu.pack_4bit)."""
     packed, state = F.quantize_4bit(W.to(dtype), blocksize=blocksize, quant_type="nf4", compress_statistics=True)
     return lambda a: bnb.matmul_4bit(a, packed.t(), state)
+
+
+def int8_case(fn):
+    """fn with knob cpu.int8_activations on for its call (opt-in: activations quantized to int8, less exact)."""
+    def call(*args):
+        with bnb.config.override(cpu__int8_activations=True):
+            return fn(*args)
+    return call
 
 
 def real_bitsandbytes():
@@ -112,8 +121,10 @@ def shape_rows(shapes, dtype, blocksize, rounds, with_peers):
         nbytes, fn = bnb_case(W, dtype, blocksize)
         weight_bytes += nbytes
         ours.append((W.shape[1], fn))
-    impls = [("bnb gemv_4bit", ours),
-             ("bnb matmul_4bit (tiled)", [(W.shape[1], bnb_matmul_case(W, dtype, blocksize)) for W in Ws])]
+    tiled = [(W.shape[1], bnb_matmul_case(W, dtype, blocksize)) for W in Ws]
+    impls = [("bnb gemv_4bit", ours), ("bnb matmul_4bit (tiled)", tiled)]
+    if bnb._C.gemm4_packed_int8_runs():
+        impls.append(("bnb tiled, int8 A (opt-in)", [(K, int8_case(f)) for K, f in tiled]))
     if with_peers:
         for name, make in (("bitsandbytes gemv_4bit", bitsandbytes_case),
                            ("bitsandbytes Linear4bit", bitsandbytes_linear_case),
@@ -143,6 +154,8 @@ def batch_rows(N, K, batch, dtype, blocksize, rounds, with_peers):
     x = torch.randn(batch, K).to(dtype)
     packed, state = F.quantize_4bit(W.to(dtype), blocksize=blocksize, quant_type="nf4", compress_statistics=True)
     impls = [("bnb matmul_4bit", lambda: bnb.matmul_4bit(x, packed.t(), state))]
+    if bnb._C.gemm4_packed_int8_runs():
+        impls.append(("bnb tiled, int8 A (opt-in)", int8_case(lambda: bnb.matmul_4bit(x, packed.t(), state))))
     if with_peers:
         linear = bitsandbytes_linear_case(W, dtype, blocksize)
         if linear is not None:

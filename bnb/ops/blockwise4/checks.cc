@@ -194,4 +194,14 @@ std::vector<c10::SymInt> CheckGemmPacked(const char* op, const at::Tensor& A, co
   return RowsTimesN(A, N);
 }
 
+std::array<int8_t, 16> Int8CodeValuesOf(const char* op, const at::Tensor& code) {
+  const at::Tensor c = code.to(at::kCPU).contiguous();
+  std::array<int8_t, 16> values;
+  int bad = 0;
+  TORCH_CHECK(core::Int8CodeValues(c.data_ptr<float>(), values.data(), &bad), "bnb::", op,
+              ": int8_activations takes code values in [-1, 1] (each becomes round(127 * value)), got code[", bad,
+              "] = ", c.data_ptr<float>()[bad]);
+  return values;
+}
+
 }  // namespace bnb::ops::blockwise4

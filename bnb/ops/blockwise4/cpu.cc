@@ -165,17 +165,19 @@ struct Cpu {
     });
   }
 
-  // The packed product where bnb/core has a kernel for A's dtype and rows (core::Gemm4PackedRuns), tiles split
-  // over threads.
+  // The packed product where bnb/core has a kernel for A's dtype and rows (core::Gemm4PackedRuns, or
+  // core::Gemm4PackedInt8Runs with int8 activations, which are quantized once per call), tiles split over threads.
   static bool GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
                          int64_t N, int64_t K, int64_t blocksize, const at::Tensor& code,
-                         const c10::optional<at::Tensor>& bias, at::Tensor& out) {
+                         const c10::optional<at::Tensor>& bias, bool int8_activations, at::Tensor& out) {
     const core::DType dtype = FloatDType(op, "A", A.scalar_type());
     const int64_t M = A.numel() / K;
     absl::StatusOr<core::CpuSettings> settings = core::CurrentCpuSettings();
     TORCH_CHECK(settings.ok(), "bnb::", op, ": ", settings.status().message());
     const bool bf16_products = settings->gemv_bf16_products;
-    if (!core::Gemm4PackedRuns(dtype, M, bf16_products)) return false;
+    if (int8_activations ? !core::Gemm4PackedInt8Runs() : !core::Gemm4PackedRuns(dtype, M, bf16_products)) {
+      return false;
+    }
     const at::Tensor a = A.contiguous(), c = code.contiguous(), cs = codes.contiguous(), ss = scales.contiguous();
     const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
     const core::Packed4 w{cs.data_ptr<uint8_t>(), ss.data_ptr<float>(), N, K, blocksize};
@@ -183,6 +185,14 @@ struct Cpu {
     const float* cp = c.data_ptr<float>();
     const void* biasp = b.defined() ? b.data_ptr() : nullptr;
     void* outp = out.data_ptr();
+    if (int8_activations) {
+      const std::array<int8_t, 16> values = Int8CodeValuesOf(op, c);
+      const core::Int8Activations act = core::QuantizeActivationsInt8(dtype, ap, M, K);
+      ParallelOverBlocks(op, core::Packed4Tiles(N), core::kPackRows * K * M, [&](int64_t t0, int64_t t1) {
+        core::Gemm4PackedInt8(dtype, act, w, values.data(), biasp, outp, t0, t1);
+      });
+      return true;
+    }
     ParallelOverBlocks(op, core::Packed4Tiles(N), core::kPackRows * K * M, [&](int64_t t0, int64_t t1) {
       core::Gemm4Packed(dtype, ap, M, w, cp, biasp, outp, t0, t1, bf16_products);
     });

@@ -32,7 +32,7 @@
 //                      int64_t blocksize, at::Tensor& codes, at::Tensor& scales);
 //     static bool GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
 //                            int64_t N, int64_t K, int64_t blocksize, const at::Tensor& code,
-//                            const c10::optional<at::Tensor>& bias, at::Tensor& out);
+//                            const c10::optional<at::Tensor>& bias, bool int8_activations, at::Tensor& out);
 //   };
 //
 // and its file registers Ops<MyBackend>::Register in a TORCH_LIBRARY_IMPL for its dispatch key. gemm_4bit needs no
@@ -43,6 +43,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <array>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -112,13 +113,19 @@ std::vector<c10::SymInt> CheckGemmPacked(const char* op, const at::Tensor& A, co
                                          const at::Tensor& scales, at::IntArrayRef shapeB, int64_t blocksize,
                                          const at::Tensor& code, const c10::optional<at::Tensor>& bias);
 
+// gemm_4bit_packed's int8 code values (core::Int8CodeValues) from code (any device: its 16 values are read on the
+// host); an error naming a value outside [-1, 1].
+std::array<int8_t, 16> Int8CodeValuesOf(const char* op, const at::Tensor& code);
+
 // The packed layout by ATen ops on any device (packed.cc), for backends without kernels of their own: the layout as
-// a permutation of the codes (pack), and the weight unpermuted, dequantized in A's dtype and multiplied (at::linear).
+// a permutation of the codes (pack), and the weight unpermuted, dequantized in A's dtype and multiplied (at::linear),
+// or with int8_activations, the int8 product by its definition (bnb/core/gemm4_packed.h).
 std::tuple<at::Tensor, at::Tensor> PackByTensorOps(const at::Tensor& packed, int64_t N, int64_t K,
                                                    const at::Tensor& absmax, int64_t blocksize);
-at::Tensor GemmPackedByTensorOps(const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales, int64_t N,
-                                 int64_t K, int64_t blocksize, const at::Tensor& code,
-                                 const c10::optional<at::Tensor>& bias);
+at::Tensor GemmPackedByTensorOps(const char* op, const at::Tensor& A, const at::Tensor& codes,
+                                 const at::Tensor& scales, int64_t N, int64_t K, int64_t blocksize,
+                                 const at::Tensor& code, const c10::optional<at::Tensor>& bias,
+                                 bool int8_activations);
 
 template <class Backend, class = void>
 struct HasPacked : std::false_type {};
@@ -269,7 +276,7 @@ struct Ops {
 
   static at::Tensor GemmPacked4bit(const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
                                    at::IntArrayRef shapeB, int64_t blocksize, const at::Tensor& code,
-                                   const c10::optional<at::Tensor>& bias) {
+                                   const c10::optional<at::Tensor>& bias, bool int8_activations) {
     constexpr const char* op = "gemm_4bit_packed";
     const std::vector<c10::SymInt> shape = CheckGemmPacked(op, A, codes, scales, shapeB, blocksize, code, bias);
     if constexpr (Backend::kIsMeta) {
@@ -277,9 +284,13 @@ struct Ops {
     } else {
       if constexpr (HasPacked<Backend>::value) {
         at::Tensor out = at::empty_symint(shape, A.options());
-        if (Backend::GemmPacked(op, A, codes, scales, shapeB[0], shapeB[1], blocksize, code, bias, out)) return out;
+        if (Backend::GemmPacked(op, A, codes, scales, shapeB[0], shapeB[1], blocksize, code, bias, int8_activations,
+                                out)) {
+          return out;
+        }
       }
-      return GemmPackedByTensorOps(A, codes, scales, shapeB[0], shapeB[1], blocksize, code, bias);
+      return GemmPackedByTensorOps(op, A, codes, scales, shapeB[0], shapeB[1], blocksize, code, bias,
+                                   int8_activations);
     }
   }
 

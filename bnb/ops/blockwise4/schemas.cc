@@ -24,9 +24,11 @@ TORCH_LIBRARY_FRAGMENT(bnb, m) {
       "Tensor? absmax_8bit=None, Tensor? absmax_code=None, Tensor? absmax_offset=None) -> Tensor");
   // bnb's own: a CPU layout of a 4-bit weight, rows in tiles of 16 (bnb/core/gemm4_packed.h), made once per weight,
   // and the product over it. pack_4bit takes float32 scales (nested statistics dequantized first) and returns
-  // (codes, scales) in the layout; gemm_4bit_packed multiplies A by the weight they hold, transposed.
+  // (codes, scales) in the layout; gemm_4bit_packed multiplies A by the weight they hold, transposed, and with
+  // int8_activations quantizes A's rows to int8 per group of 64 columns and multiplies integers (bnb/core/
+  // gemm4_packed.h defines it; opt-in, knob cpu.int8_activations: faster, less exact).
   m.def("pack_4bit(Tensor B, int[] shapeB, Tensor absmax, int blocksize) -> (Tensor, Tensor)");
   m.def(
       "gemm_4bit_packed(Tensor A, Tensor codes, Tensor scales, int[] shapeB, int blocksize, Tensor code, "
-      "Tensor? bias=None) -> Tensor");
+      "Tensor? bias=None, bool int8_activations=False) -> Tensor");
 }

@@ -71,11 +71,11 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
     N, K = quant_state.shape
     packed = _cpu_packed(A, B, quant_state, bias)
     if packed is not None:
-        codes, scales = packed
+        codes, scales, int8 = packed
         # The bias in A's dtype, added to each float32 sum inside the op and rounded once with it (as gemm_4bit).
         result = torch.ops.bnb.gemm_4bit_packed(A, codes, scales, [N, K], quant_state.blocksize,
                                                 F._code4(quant_state.quant_type, A.device),
-                                                None if bias is None else bias.to(A.dtype))
+                                                None if bias is None else bias.to(A.dtype), int8)
     elif A.shape[-1] == N and N != K:
         result = _plus_bias(_matmul_kn(A, B, quant_state), bias)
     elif A.dtype not in _GEMV_DTYPES:
@@ -95,11 +95,12 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
     return result
 
 
-def _cpu_packed(A, B, quant_state, bias) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
-    """The weight's tiled CPU layout (codes, scales of bnb::pack_4bit) where this product takes it, else None: on the
-    CPU, in eager mode, without grad, knob cpu.pack_4bit on, a shape the layout takes, a CPU kernel for A's dtype and
-    rows, every block scale finite (a non-finite one keeps gemv_4bit's rule), and weight tensors that are not
-    inference tensors (made under torch.inference_mode, they track no version). Made at first use and kept on
+def _cpu_packed(A, B, quant_state, bias) -> Optional[tuple[torch.Tensor, torch.Tensor, bool]]:
+    """The weight's tiled CPU layout (codes, scales of bnb::pack_4bit, and whether to quantize A to int8: knob
+    cpu.int8_activations, where its kernel runs) where this product takes it, else None: on the CPU, in eager mode,
+    without grad, knob cpu.pack_4bit on, a shape the layout takes, a CPU kernel for A's dtype and rows (int8
+    activations: any), every block scale finite (a non-finite one keeps gemv_4bit's rule), and weight tensors that
+    are not inference tensors (made under torch.inference_mode, they track no version). Made at first use and kept on
     quant_state, keyed by the identity and version counter of B and of the scales' tensors: an in-place change
     through them, or a tensor put in their place, makes a new one (a write in place through .data, which bumps no
     version, is not seen)."""
@@ -113,7 +114,8 @@ def _cpu_packed(A, B, quant_state, bias) -> Optional[tuple[torch.Tensor, torch.T
     if (A.shape[-1] != K or A.numel() == 0 or not _C.packed4_fits(N, K, blocksize)
             or not bnb_config.get("cpu.pack_4bit")):
         return None
-    if not _C.gemm4_packed_runs(str(A.dtype), A.numel() // K):
+    int8 = bool(bnb_config.get("cpu.int8_activations")) and _C.gemm4_packed_int8_runs()
+    if not int8 and not _C.gemm4_packed_runs(str(A.dtype), A.numel() // K):
         return None
     sources = [B, quant_state.absmax]
     if quant_state.nested:
@@ -134,7 +136,7 @@ def _cpu_packed(A, B, quant_state, bias) -> Optional[tuple[torch.Tensor, torch.T
         # equal key is the same memory (a weight replaced through .data, its old storage freed, could otherwise
         # come back at the same address with the same version and match).
         cached = quant_state._cpu_pack = (key, sources, packed)
-    return cached[2]
+    return None if cached[2] is None else (*cached[2], int8)
 
 
 def _matmul_kn(A, B, quant_state):

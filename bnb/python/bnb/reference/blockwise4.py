@@ -293,9 +293,9 @@ def _gemm_packed_example(device):
 
 
 @kernel("gemm_4bit_packed", differentiable=False, example=_gemm_packed_example)
-def gemm_4bit_packed(A, codes, scales, shapeB, blocksize, code, bias=None) -> torch.Tensor:
+def gemm_4bit_packed(A, codes, scales, shapeB, blocksize, code, bias=None, int8_activations=False) -> torch.Tensor:
     """A @ W.T (+ bias), W dequantized from the layout in A's dtype (code value times scale in float32, rounded once),
-    as gemm_4bit."""
+    as gemm_4bit; with int8_activations, _int8_product's definition."""
     op = "gemm_4bit_packed"
     checks.float_dtype(op, "A", A.dtype)
     N, K = _check_packed_shape(op, shapeB, blocksize)
@@ -315,5 +315,35 @@ def gemm_4bit_packed(A, codes, scales, shapeB, blocksize, code, bias=None) -> to
         checks.dtype_is(op, "bias", bias, A.dtype)
     byte, h, scale = _packed_positions(N, K, blocksize, A.device)
     values = (codes.reshape(-1)[byte].to(torch.int64) >> (4 * h)) & 15
+    if int8_activations:
+        return _int8_product(op, A, values, scales.reshape(-1)[scale], code, bias)
     W = (code[values] * scales.reshape(-1)[scale]).to(A.dtype)
     return torch.nn.functional.linear(A, W, bias)
+
+
+def _int8_product(op, A, values, scale, code, bias) -> torch.Tensor:
+    """The int8-activation product (bnb/core/gemm4_packed.h): each row of A quantized per group of 64 columns to
+    q = round(a / sa) in [-127, 127], sa = max|a| / 127 (a group of zeros: q = 0; a group holding an infinity or
+    NaN: q = 0 and sa = NaN); code values as round(127 * value), in [-1, 1]; per group the exact integer sum of
+    q * value, times step * the weight's scale (step = max|a| / 127^2, NaN for a group not finite), the groups added
+    in order in float32; plus bias; rounded to A's dtype.
+    values: W's codes (N x K); scale: each element's block scale (N x K)."""
+    bad = [i for i, v in enumerate(code.tolist()) if not -1.0 <= v <= 1.0]
+    checks.check(not bad, f"bnb::{op}: int8_activations takes code values in [-1, 1] (each becomes round(127 * "
+                          f"value)), got code[{bad[0] if bad else 0}] = {code.tolist()[bad[0]] if bad else 0}")
+    N, K = values.shape
+    groups = K // PACK_COLS
+    a = A.reshape(-1, groups, PACK_COLS).float()
+    finite = torch.isfinite(a).all(-1, keepdim=True)
+    amax = torch.where(finite, a.abs().amax(-1, keepdim=True), torch.nan)
+    sa, step = amax / 127, amax / (127 * 127)
+    q = torch.where(finite & (sa > 0), (a / sa).clamp(-127, 127).round(), 0.0).double()
+    w = (code.float() * 127).round().double()[values].view(N, groups, PACK_COLS)
+    dots = torch.einsum("mgk,ngk->gmn", q, w).float()  # exact integers
+    s = scale[:, ::PACK_COLS]  # each group's block scale, N x groups
+    acc = torch.zeros(a.shape[0], N, dtype=torch.float32, device=A.device)
+    for g in range(groups):
+        acc = acc + dots[g] * (step[:, g] * s[:, g].unsqueeze(0))
+    if bias is not None:
+        acc = acc + bias.float()
+    return acc.to(A.dtype).view(*A.shape[:-1], N)

@@ -52,16 +52,23 @@ struct Bnbdev {
   // bnb/core's kernel where it has one (the default cpu.gemv_bf16_products); else ops.h composes the product.
   static bool GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
                          int64_t N, int64_t K, int64_t blocksize, const at::Tensor& code,
-                         const c10::optional<at::Tensor>& bias, at::Tensor& out) {
+                         const c10::optional<at::Tensor>& bias, bool int8_activations, at::Tensor& out) {
     CountCall(op);
     const core::DType dtype = bnb::ops::FloatDType(op, "A", A.scalar_type());
     const int64_t M = A.numel() / K;
-    if (!core::Gemm4PackedRuns(dtype, M)) return false;
+    if (int8_activations ? !core::Gemm4PackedInt8Runs() : !core::Gemm4PackedRuns(dtype, M)) return false;
     const at::Tensor a = A.contiguous(), c = code.contiguous(), cs = codes.contiguous(), ss = scales.contiguous();
     const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
     const core::Packed4 w{cs.data_ptr<uint8_t>(), ss.data_ptr<float>(), N, K, blocksize};
-    core::Gemm4Packed(dtype, a.data_ptr(), M, w, c.data_ptr<float>(), b.defined() ? b.data_ptr() : nullptr,
-                      out.data_ptr(), 0, core::Packed4Tiles(N));
+    const void* biasp = b.defined() ? b.data_ptr() : nullptr;
+    if (int8_activations) {
+      const std::array<int8_t, 16> values = bnb::ops::blockwise4::Int8CodeValuesOf(op, c);
+      const core::Int8Activations act = core::QuantizeActivationsInt8(dtype, a.data_ptr(), M, K);
+      core::Gemm4PackedInt8(dtype, act, w, values.data(), biasp, out.data_ptr(), 0, core::Packed4Tiles(N));
+    } else {
+      core::Gemm4Packed(dtype, a.data_ptr(), M, w, c.data_ptr<float>(), biasp, out.data_ptr(), 0,
+                        core::Packed4Tiles(N));
+    }
     return true;
   }
 };
