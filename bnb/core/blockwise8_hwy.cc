@@ -586,8 +586,9 @@ void QuantizeBlockwise8(DType dtype, const void* x, const PreparedCodebook& cb, 
 
 void DequantizeBlockwise8(DType dtype, const uint8_t* codes, const float* absmax, const PreparedCodebook& cb,
                           const Blockwise8Range& r, void* out) {
-  if (dtype == DType::kFloat32 &&
-      blockwise8_x86::DequantizeF32(codes, absmax, cb.values.data(), r, static_cast<float*>(out))) {
+  if (dtype == DType::kFloat32
+          ? blockwise8_x86::DequantizeF32(codes, absmax, cb.values.data(), r, static_cast<float*>(out))
+          : blockwise8_x86::Dequantize16(dtype, codes, absmax, cb.values.data(), r, out)) {
     return;
   }
   HWY_DYNAMIC_DISPATCH(Dequantize)(dtype, codes, absmax, cb, r, out);

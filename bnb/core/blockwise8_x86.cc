@@ -1,6 +1,9 @@
 #include "bnb/core/blockwise8_x86.h"
 
+#include <algorithm>
+
 #include "bnb/core/cpu_isa.h"
+#include "bnb/core/dtype.h"
 #include "bnb/core/lookup256_x86.h"
 #include "hwy/targets.h"
 
@@ -11,6 +14,9 @@ namespace {
 
 // Outputs this large are written by streaming stores, as the Highway kernels' (StreamableOutput).
 constexpr int64_t kStreamFromBytes = int64_t{64} << 20;
+
+// 16-bit outputs by per-block tables from this blocksize on (below, a table's 256 entries cost more than they save).
+constexpr int64_t kTableFrom = 512;
 
 template <bool kStream>
 BNB_TARGET_AVX512VBMI void Run(const uint8_t* codes, const float* absmax, const float* values, const Blockwise8Range& r,
@@ -39,14 +45,99 @@ BNB_TARGET_AVX512VBMI void Run(const uint8_t* codes, const float* absmax, const 
   if constexpr (kStream) _mm_sfence();
 }
 
+// A 16-bit output per lane (its low 16 bits) from float32, rounded as StoreF32 rounds: bfloat16 to nearest even
+// (NaN: 0x7FC0), float16 by vcvtps2ph (Highway's DemoteTo on these targets).
+template <DType kT>
+BNB_TARGET_AVX512VBMI inline __m512i Round16(__m512 x) {
+  if constexpr (kT == DType::kBFloat16) {
+    const __m512i bits = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb);
+    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, bias), 16);
+    return _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+  } else {
+    return _mm512_cvtepu16_epi32(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+}
+
+// 16-bit outputs, a block at a time: its 256 possible outputs (values * absmax, rounded by Round16) as two byte
+// planes (low and high bytes, each two register pairs), then 64 codes per step: each plane's byte by two 128-entry
+// byte permutes and a blend on the code's top bit, the planes interleaved by unpacks. The unpacks interleave within
+// 128-bit lanes, so the codes' qwords are first ordered (L, L + 4) per lane: the low unpack then holds codes 0-31
+// in order, the high one 32-63.
+template <DType kT, bool kStream>
+BNB_TARGET_AVX512VBMI void Run16(const uint8_t* codes, const float* absmax, const float* values,
+                                 const Blockwise8Range& r, void* out) {
+  const __m512i order = _mm512_set_epi64(7, 3, 6, 2, 5, 1, 4, 0);
+  alignas(64) uint8_t planes[2][256];
+  for (int64_t b = r.block_begin; b < r.block_end; ++b) {
+    const __m512 scale = _mm512_set1_ps(absmax[b]);
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; ++k) {
+      const __m512i h = Round16<kT>(_mm512_mul_ps(_mm512_loadu_ps(values + 16 * k), scale));
+      _mm_store_si128(reinterpret_cast<__m128i*>(planes[0] + 16 * k), _mm512_cvtepi32_epi8(h));
+      _mm_store_si128(reinterpret_cast<__m128i*>(planes[1] + 16 * k), _mm512_cvtepi32_epi8(_mm512_srli_epi32(h, 8)));
+    }
+    __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      lo[q] = _mm512_load_si512(planes[0] + 64 * q);
+      hi[q] = _mm512_load_si512(planes[1] + 64 * q);
+    }
+    const int64_t begin = b * r.blocksize, end = std::min(begin + r.blocksize, r.n);
+    int64_t i = begin;
+    for (; i + 64 <= end; i += 64) {
+      const __m512i c = _mm512_permutexvar_epi64(order, _mm512_loadu_si512(codes + i));
+      const __mmask64 top = _mm512_movepi8_mask(c);
+      const __m512i l = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo[0], c, lo[1]),
+                                               _mm512_permutex2var_epi8(lo[2], c, lo[3]));
+      const __m512i h = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(hi[0], c, hi[1]),
+                                               _mm512_permutex2var_epi8(hi[2], c, hi[3]));
+      auto* dst = reinterpret_cast<__m512i*>(static_cast<char*>(out) + 2 * i);
+      if constexpr (kStream) {
+        _mm512_stream_si512(dst, _mm512_unpacklo_epi8(l, h));
+        _mm512_stream_si512(dst + 1, _mm512_unpackhi_epi8(l, h));
+      } else {
+        _mm512_storeu_si512(dst, _mm512_unpacklo_epi8(l, h));
+        _mm512_storeu_si512(dst + 1, _mm512_unpackhi_epi8(l, h));
+      }
+    }
+    for (; i < end; ++i) {
+      StoreElement<uint16_t>(out, i, static_cast<uint16_t>(planes[0][codes[i]] | planes[1][codes[i]] << 8));
+    }
+  }
+  if constexpr (kStream) _mm_sfence();
+}
+
+// Whether the processor and the cpu.isa cap allow these kernels.
+bool Allowed() { return ActiveTarget() <= HWY_AVX3 && lookup256_x86::HasVbmi(); }
+
 }  // namespace
 #endif
+
+bool Dequantize16(DType dtype, const uint8_t* codes, const float* absmax, const float* values,
+                  const Blockwise8Range& r, void* out) {
+#if BNB_GEMV4_X86
+  if (dtype == DType::kFloat32 || r.blocksize < kTableFrom || !Allowed()) return false;
+  const bool stream = r.n * 3 >= kStreamFromBytes && reinterpret_cast<uintptr_t>(out) % 64 == 0;
+  if (dtype == DType::kBFloat16) {
+    stream ? Run16<DType::kBFloat16, true>(codes, absmax, values, r, out)
+           : Run16<DType::kBFloat16, false>(codes, absmax, values, r, out);
+  } else {
+    stream ? Run16<DType::kFloat16, true>(codes, absmax, values, r, out)
+           : Run16<DType::kFloat16, false>(codes, absmax, values, r, out);
+  }
+  return true;
+#else
+  (void)dtype, (void)codes, (void)absmax, (void)values, (void)r, (void)out;
+  return false;
+#endif
+}
 
 bool DequantizeF32(const uint8_t* codes, const float* absmax, const float* values, const Blockwise8Range& r,
                    float* out) {
 #if BNB_GEMV4_X86
-  // Highway numbers better x86 targets with lower bits (the AVX-512 ones at or below HWY_AVX3).
-  if (ActiveTarget() > HWY_AVX3 || !lookup256_x86::HasVbmi()) return false;
+  if (!Allowed()) return false;
   const int64_t moved = r.n * 5;
   const bool stream = moved >= kStreamFromBytes && reinterpret_cast<uintptr_t>(out) % 64 == 0 &&
                       (r.block_begin * r.blocksize) % 16 == 0;
