@@ -491,3 +491,48 @@ def test_gemm_4bit_argument_errors():
         torch.ops.bnb.gemm_4bit(A, packed, [64, 96], *nested, None, state.absmax, bad_code, state.offset)
     with pytest.raises(RuntimeError, match=r"has more than 2\^63 elements"):
         torch.ops.bnb.dequantize_4bit(P, AM, 64, "nf4", [2**32, 2**32], torch.float32)
+
+
+@pytest.mark.parametrize("storage", [torch.uint8, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_quantize_4bit_into_writes_what_quantize_4bit_returns(storage, quant_type, dtype):
+    A = torch.randn(48, 100, generator=torch.Generator().manual_seed(4)).to(dtype)  # 4800 values, blocksize 128
+    want_packed, want_absmax = torch.ops.bnb.quantize_4bit(A, 128, quant_type, storage)
+    out, absmax = torch.full_like(want_packed, 7), torch.full_like(want_absmax, 7)
+    torch.ops.bnb.quantize_4bit_into(A, 128, quant_type, out, absmax)
+    assert_same_bits(out, want_packed)
+    assert_same_bits(absmax, want_absmax)
+    ref_out, ref_absmax = torch.zeros_like(out), torch.zeros_like(absmax)
+    ref.quantize_4bit_into(A, 128, quant_type, ref_out, ref_absmax)
+    assert_same_bits(ref_out, want_packed)
+    # A strided out and absmax (columns of wider tensors) receive the same values.
+    wide, wide_absmax = torch.zeros(out.shape[0], 3, dtype=storage), torch.zeros(absmax.numel(), 2)
+    torch.ops.bnb.quantize_4bit_into(A, 128, quant_type, wide[:, 1:2], wide_absmax[:, 0])
+    assert_same_bits(wide[:, 1:2], want_packed)
+    assert_same_bits(wide_absmax[:, 0], want_absmax)
+    assert not wide[:, 0].any() and not wide[:, 2].any() and not wide_absmax[:, 1].any()
+
+
+def test_quantize_4bit_into_names_bad_outputs():
+    A = torch.randn(640)
+    cases = [
+        (torch.empty(319, 1, dtype=torch.uint8), torch.empty(10), r"quantize_4bit_into: out.*\[320, 1\]"),
+        (torch.empty(160, 1, dtype=torch.int16), torch.empty(10), r"quantize_4bit_into: out's dtype must be uint8"),
+        (torch.empty(320, 1, dtype=torch.uint8), torch.empty(9), r"quantize_4bit_into: absmax.*10"),
+        (torch.empty(320, 1, dtype=torch.uint8), torch.empty(10, dtype=torch.float64), r"absmax.*float32"),
+    ]
+    for out, absmax, message in cases:
+        with pytest.raises(RuntimeError, match=message):
+            torch.ops.bnb.quantize_4bit_into(A, 64, "nf4", out, absmax)
+        with pytest.raises(RuntimeError, match=message.replace("quantize_4bit_into: ", "")):
+            ref.quantize_4bit_into(A, 64, "nf4", out, absmax)
+    shared = torch.zeros(400, dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match="out and absmax share memory"):
+        torch.ops.bnb.quantize_4bit_into(A, 64, "nf4", shared[:320].view(320, 1), shared[300:340].view(torch.float32))
+    assert not shared.any()
+    with pytest.raises(RuntimeError, match="out and absmax share memory"):
+        ref.quantize_4bit_into(A, 64, "nf4", shared[:320].view(320, 1), shared[300:340].view(torch.float32))
+    # Meta: the checks only.
+    torch.ops.bnb.quantize_4bit_into(A.to("meta"), 64, "nf4", torch.empty(320, 1, dtype=torch.uint8, device="meta"),
+                                     torch.empty(10, device="meta"))

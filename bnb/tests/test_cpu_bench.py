@@ -59,7 +59,8 @@ def test_blockwise4_bench_prints_every_row(capsys):
     out = capsys.readouterr().out
     found = rows(out)
     for dtype in ("float32", "bfloat16"):
-        assert_timed(found, [f"copy {dtype}", f"quantize_4bit {dtype}", f"dequantize_4bit {dtype}"])
+        assert_timed(found, [f"copy {dtype}", f"quantize_4bit_into {dtype}", "quantize_4bit, new output",
+                             f"dequantize_4bit {dtype}"])
     gemv = [line for line in out.splitlines() if line.startswith("64x128 ")]
     assert len(gemv) == 2, out
     for line in gemv:

@@ -38,7 +38,11 @@ def main(argv=None):
         name = dtype_name(dtype)
         print_bandwidth_table([
             copy_case(x),
-            (f"quantize_4bit {name}", lambda: torch.ops.bnb.quantize_4bit(x, 64, "nf4", torch.uint8), moved),
+            # Into existing buffers, as the copy writes into an existing tensor: the kernel's own speed. The plain op
+            # also allocates its outputs each call, whose first-touch page faults it pays (shown apart).
+            (f"quantize_4bit_into {name}",
+             lambda: torch.ops.bnb.quantize_4bit_into(x, 64, "nf4", packed, absmax), moved),
+            ("  quantize_4bit, new output", lambda: torch.ops.bnb.quantize_4bit(x, 64, "nf4", torch.uint8), moved),
             (f"dequantize_4bit {name}",
              lambda: torch.ops.bnb.dequantize_4bit.out(packed, absmax, 64, "nf4", [n], dtype, out=out), moved),
         ], args.repeat, WIDTH)

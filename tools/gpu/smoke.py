@@ -191,8 +191,9 @@ def blockwise4(s: Smoke) -> None:
         with s.ref():
             p_want, am_want = ops.quantize_4bit(x, bs, quant, torch.uint8)
             out_want = ops.dequantize_4bit(p_want, am_want, bs, quant, [n], dtype)
-        if misaligned:
-            p, am = ops.quantize_4bit(offset_view(x, dev), bs, quant, torch.uint8)
+        if misaligned:  # into misaligned views (quantize_4bit_into), as F.quantize_4bit(out=, absmax=) writes
+            p, am = offset_view(torch.zeros_like(p_want), dev), offset_view(torch.zeros_like(am_want), dev)
+            ops.quantize_4bit_into(offset_view(x, dev), bs, quant, p, am)
             out = offset_view(torch.zeros(n, dtype=dtype), dev)
             ops.dequantize_4bit.out(offset_view(p_want, dev), offset_view(am_want, dev), bs, quant, [n], dtype,
                                     out=out)

@@ -63,8 +63,8 @@ core::Quant4 ParseQuantType(const char* op, c10::string_view quant_type) {
   return *q;
 }
 
-c10::SymInt PackedElements(const char* op, const c10::SymInt& n, c10::ScalarType storage) {
-  CheckStorage(op, "quant_storage", storage);
+c10::SymInt PackedElements(const char* op, const c10::SymInt& n, c10::ScalarType storage, const char* arg) {
+  CheckStorage(op, arg, storage);
   const int64_t itemsize = static_cast<int64_t>(c10::elementSize(storage));
   const c10::SymInt bytes = (n + 1) / 2;
   TORCH_CHECK(bytes % itemsize == 0, "bnb::", op, ": ", n, " values pack into ", bytes, " bytes, not a whole number ",

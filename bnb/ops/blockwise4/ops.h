@@ -59,8 +59,10 @@ namespace bnb::ops::blockwise4 {
 
 core::Quant4 ParseQuantType(const char* op, c10::string_view quant_type);
 
-// Packed codes of `storage` in rows of one: the quantize output's shape (meta: symbolic).
-c10::SymInt PackedElements(const char* op, const c10::SymInt& n, c10::ScalarType storage);
+// Packed codes of `storage` in rows of one: the quantize output's shape (meta: symbolic). arg names the storage's
+// source in errors.
+c10::SymInt PackedElements(const char* op, const c10::SymInt& n, c10::ScalarType storage,
+                           const char* arg = "quant_storage");
 
 // The bytes of a packed tensor of any storage dtype, flat and contiguous.
 inline at::Tensor PackedBytes(const at::Tensor& t) { return t.contiguous().view(at::kByte).reshape({-1}); }
@@ -170,6 +172,31 @@ struct Ops {
       at::Tensor absmax = at::empty({core::NumBlocks(n, blocksize)}, A.options().dtype(at::kFloat));
       Backend::Quantize(op, A, q, blocksize, dtype, bytes, absmax);
       return {bytes.view(quant_storage).reshape({-1, 1}), absmax};
+    }
+  }
+
+  static void Quantize4bitInto(const at::Tensor& A, int64_t blocksize, c10::string_view quant_type, at::Tensor& out,
+                               at::Tensor& absmax) {
+    constexpr const char* op = "quantize_4bit_into";
+    const core::DType dtype = FloatDType(op, "A", A.scalar_type());
+    ThrowIfError(op, core::CheckBlocksize(blocksize));
+    const core::Quant4 q = ParseQuantType(op, quant_type);
+    CheckNotEmpty(op, "A", A);
+    const std::vector<c10::SymInt> packed_shape{PackedElements(op, A.sym_numel(), out.scalar_type(), "out's dtype"),
+                                                1};
+    CheckOut(op, out, packed_shape, "quantize_4bit's packed shape for its dtype", out.scalar_type(), A);
+    CheckDType(op, "absmax", absmax, at::kFloat);
+    CheckNumel(op, "absmax", absmax, NumBlocks(A.sym_numel(), blocksize), "one per block of A");
+    CheckSameDevice(op, "absmax", absmax, A);
+    CheckWritable(op, "absmax", absmax);
+    if constexpr (!Backend::kIsMeta) {
+      CheckSeparateOuts(op, out, absmax);
+      FillOut(out, {&A, &absmax}, [&](at::Tensor& packed) {
+        FillOut(absmax, {&A, &packed}, [&](at::Tensor& am) {
+          at::Tensor bytes = packed.view(at::kByte).view({-1});
+          Backend::Quantize(op, A, q, blocksize, dtype, bytes, am);
+        });
+      });
     }
   }
 
@@ -296,6 +323,7 @@ struct Ops {
 
   static void Register(torch::Library& m) {
     m.impl("quantize_4bit", &Quantize4bit);
+    m.impl("quantize_4bit_into", &Quantize4bitInto);
     m.impl("dequantize_4bit", &Dequantize4bit);
     m.impl("dequantize_4bit.out", &Dequantize4bitOut);
     m.impl("gemv_4bit", &Gemv4bit);

@@ -4,6 +4,9 @@
 
 TORCH_LIBRARY_FRAGMENT(bnb, m) {
   m.def("quantize_4bit(Tensor A, int blocksize, str quant_type, ScalarType quant_storage) -> (Tensor, Tensor)");
+  // bnb's own, as quantize_blockwise_into: into existing tensors, out of quantize_4bit's packed shape for its dtype
+  // as quant_storage and absmax of one float32 per block (F.quantize_4bit's out= and absmax=).
+  m.def("quantize_4bit_into(Tensor A, int blocksize, str quant_type, Tensor(a!) out, Tensor(b!) absmax) -> ()");
   m.def(
       "dequantize_4bit(Tensor A, Tensor absmax, int blocksize, str quant_type, int[] shape, ScalarType dtype) "
       "-> Tensor");

@@ -1,6 +1,4 @@
 // The blockwise 8-bit ops' argument checks (ops.h).
-#include <ATen/MemoryOverlap.h>
-
 #include "bnb/ops/blockwise8/ops.h"
 
 namespace bnb::ops::blockwise8 {
@@ -43,15 +41,6 @@ core::DType CheckDequantize(const char* op, const at::Tensor& A, const at::Tenso
   CheckAbsmax(op, absmax, A, blocksize);
   CheckCode(op, code, A);
   return out_type;
-}
-
-void CheckSeparateOuts(const char* op, const at::Tensor& out, const at::Tensor& absmax) {
-  // Each would be written through a temporary (FillOut) and the later copy clobber the other. Strided views
-  // (TooHard to decide) count as sharing when they are views of one storage.
-  const at::MemOverlapStatus overlap = at::get_overlap_status(out, absmax);
-  TORCH_CHECK(overlap == at::MemOverlapStatus::No ||
-                  (overlap == at::MemOverlapStatus::TooHard && !out.storage().is_alias_of(absmax.storage())),
-              "bnb::", op, ": out and absmax share memory; pass separate tensors");
 }
 
 }  // namespace bnb::ops::blockwise8

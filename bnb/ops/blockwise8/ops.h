@@ -36,9 +36,6 @@ void CheckAbsmax(const char* op, const at::Tensor& absmax, const at::Tensor& A, 
 core::DType CheckDequantize(const char* op, const at::Tensor& A, const at::Tensor& absmax, const at::Tensor& code,
                             int64_t blocksize, c10::ScalarType dtype);
 
-// quantize_blockwise_into's out and absmax, checked as the dispatcher cannot: not sharing memory.
-void CheckSeparateOuts(const char* op, const at::Tensor& out, const at::Tensor& absmax);
-
 template <class Backend>
 struct Ops {
   static std::tuple<at::Tensor, at::Tensor> QuantizeBlockwise(const at::Tensor& A, const at::Tensor& code,

@@ -1,5 +1,6 @@
 #include "bnb/ops/common/checks.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <c10/core/GradMode.h>
 
 #include <cctype>
@@ -82,6 +83,15 @@ void CheckOut(const char* op, const at::Tensor& out, c10::SymIntArrayRef want, c
   TORCH_CHECK(out.sym_sizes() == want, "bnb::", op, ": out must have ", what, " ", want, ", got ", out.sym_sizes());
   CheckDType(op, "out", out, dtype);
   CheckSameDevice(op, "out", out, A);
+}
+
+void CheckSeparateOuts(const char* op, const at::Tensor& out, const at::Tensor& absmax) {
+  // Each would be written through a temporary (FillOut) and the later copy clobber the other. Strided views
+  // (TooHard to decide) count as sharing when they are views of one storage.
+  const at::MemOverlapStatus overlap = at::get_overlap_status(out, absmax);
+  TORCH_CHECK(overlap == at::MemOverlapStatus::No ||
+                  (overlap == at::MemOverlapStatus::TooHard && !out.storage().is_alias_of(absmax.storage())),
+              "bnb::", op, ": out and absmax share memory; pass separate tensors");
 }
 
 }  // namespace bnb::ops

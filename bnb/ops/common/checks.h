@@ -50,4 +50,8 @@ void CheckWritable(const char* op, const char* arg, const at::Tensor& t);
 void CheckOut(const char* op, const at::Tensor& out, c10::SymIntArrayRef want, const char* what,
               c10::ScalarType dtype, const at::Tensor& A);
 
+// The codes and absmax outputs of a quantize into existing tensors, checked as the dispatcher cannot: not sharing
+// memory.
+void CheckSeparateOuts(const char* op, const at::Tensor& out, const at::Tensor& absmax);
+
 }  // namespace bnb::ops

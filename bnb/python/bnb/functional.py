@@ -232,9 +232,18 @@ def quantize_4bit(
     (blocksize 256, minus their mean). Returns (packed, QuantState)."""
     blocksize = 64 if blocksize is None else blocksize
     _check_4bit(blocksize, quant_type, A.dtype, "4-bit quantization")
-    if out is not None or absmax is not None:
-        _check_4bit_outputs(A, out, absmax, blocksize, quant_type, quant_storage, compress_statistics)
-    packed, _absmax = torch.ops.bnb.quantize_4bit(A, blocksize, quant_type, quant_storage)
+    float_absmax = absmax if absmax is not None and not compress_statistics else None
+    if out is not None or float_absmax is not None:
+        # Straight into the given tensors (quantize_4bit_into), after every check.
+        packed_shape, absmax_shape = _check_4bit_outputs(A, out, absmax, blocksize, quant_type, quant_storage,
+                                                         compress_statistics)
+        packed = out if out is not None else torch.empty(packed_shape, dtype=quant_storage, device=A.device)
+        _absmax = float_absmax if float_absmax is not None else torch.empty(absmax_shape, device=A.device)
+        torch.ops.bnb.quantize_4bit_into(A, blocksize, quant_type, packed, _absmax)
+    else:
+        if absmax is not None:
+            _check_4bit_outputs(A, out, absmax, blocksize, quant_type, quant_storage, compress_statistics)
+        packed, _absmax = torch.ops.bnb.quantize_4bit(A, blocksize, quant_type, quant_storage)
     code = get_4bit_type(quant_type, device=A.device)
     if compress_statistics:
         offset = _absmax.mean()
@@ -244,17 +253,15 @@ def quantize_4bit(
     else:
         state = QuantState(absmax=_absmax, shape=A.shape, dtype=A.dtype, blocksize=blocksize, code=code,
                            quant_type=quant_type)
-    if out is not None:
-        packed = out.copy_(packed)
-    if absmax is not None:
+    if absmax is not None and compress_statistics:  # absmax receives the 8-bit codes, as in bitsandbytes
         state.absmax = absmax.copy_(state.absmax)
     return packed, state
 
 
-def _check_4bit_outputs(A, out, absmax, blocksize, quant_type, quant_storage, compress_statistics) -> None:
-    """Checks quantize_4bit's out= and absmax= before anything of the user's is written: the results are copied
-    into them, and a copy would broadcast a wrong shape or convert a wrong dtype silently. The op's Meta kernel
-    checks A and sizes both by the op's own rule."""
+def _check_4bit_outputs(A, out, absmax, blocksize, quant_type, quant_storage, compress_statistics):
+    """Checks quantize_4bit's out= and absmax= before anything of the user's is written (a wrong shape or dtype is
+    named, never broadcast or converted), and returns the packed and absmax shapes. The op's Meta kernel checks A
+    and sizes both by the op's own rule."""
     want_packed, want_absmax = torch.ops.bnb.quantize_4bit(torch.empty_like(A, device="meta"), blocksize,
                                                            quant_type, quant_storage)
     # With compress_statistics, absmax receives the 8-bit codes of the absmax values (as in bitsandbytes).
@@ -268,6 +275,7 @@ def _check_4bit_outputs(A, out, absmax, blocksize, quant_type, quant_storage, co
         if given is not None and given.requires_grad and torch.is_grad_enabled():  # as the 8-bit op refuses it
             raise RuntimeError(f"quantize_4bit: {name} requires grad; out= arguments do not support automatic "
                                "differentiation (use torch.no_grad() or a tensor without grad)")
+    return want_packed.shape, want_absmax.shape
 
 
 def _scale_args(state: QuantState) -> tuple:

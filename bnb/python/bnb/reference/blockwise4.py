@@ -73,6 +73,31 @@ def quantize_4bit(A: torch.Tensor, blocksize: int, quant_type: str,
     return packed.view(quant_storage).view(-1, 1), absmax
 
 
+def _quantize_into_example(device):
+    W, packed, absmax = _weight_example(device)
+    return (W, 64, "nf4", torch.empty_like(packed), torch.empty_like(absmax)), {}
+
+
+@kernel("quantize_4bit_into", differentiable=False, example=_quantize_into_example)
+def quantize_4bit_into(A: torch.Tensor, blocksize: int, quant_type: str, out: torch.Tensor,
+                       absmax: torch.Tensor) -> None:
+    """quantize_4bit into existing tensors: out of its packed shape with out's dtype as quant_storage."""
+    op = "quantize_4bit_into"
+    checks.float_dtype(op, "A", A.dtype)
+    checks.blocksize(op, blocksize)
+    _check_quant_type(op, quant_type)
+    checks.not_empty(op, "A", A)
+    checks.storage(op, "out's dtype", out.dtype)
+    rows = _packed_elements(op, A.numel(), out.dtype)
+    checks.out(op, out, (rows, 1), "quantize_4bit's packed shape for its dtype", out.dtype, A)
+    checks.float32_tensor(op, "absmax", absmax, A, checks.num_blocks(A.numel(), blocksize), "one per block of A")
+    checks.writable(op, "absmax", absmax)
+    checks.separate_outs(op, out, absmax)
+    packed, am = quantize_4bit(A, blocksize, quant_type, out.dtype)
+    out.copy_(packed)
+    absmax.copy_(am.view(absmax.shape))
+
+
 def unpack_codes(A: torch.Tensor, n: int) -> torch.Tensor:
     """The n 4-bit codes (int64) stored in A's bytes, high nibble first."""
     b = A.contiguous().view(torch.uint8).reshape(-1)

@@ -89,19 +89,6 @@ def quantize_blockwise(A: torch.Tensor, code: torch.Tensor, blocksize: int) -> t
     return nearest_code(v, code).view(A.shape), absmax
 
 
-def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether the bytes a and b span share storage (strided views count by their whole span)."""
-    if a.numel() == 0 or b.numel() == 0 or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
-        return False
-
-    def span(t):
-        start = t.storage_offset() * t.element_size()
-        return start, start + (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
-
-    (a0, a1), (b0, b1) = span(a), span(b)
-    return a0 < b1 and b0 < a1
-
-
 def _quantize_into_example(device):
     A, code, q, absmax = _example_inputs(device)
     return (A, code, 64, torch.empty_like(q), torch.empty_like(absmax)), {}
@@ -115,7 +102,7 @@ def quantize_blockwise_into(A: torch.Tensor, code: torch.Tensor, blocksize: int,
     checks.out(op, out, A.shape, "A's shape", torch.uint8, A)
     _check_absmax(op, absmax, A, blocksize)
     checks.writable(op, "absmax", absmax)
-    checks.check(not _overlap(out, absmax), f"bnb::{op}: out and absmax share memory; pass separate tensors")
+    checks.separate_outs(op, out, absmax)
     codes, am = quantize_blockwise(A, code, blocksize)
     out.copy_(codes)
     absmax.copy_(am.view(absmax.shape))

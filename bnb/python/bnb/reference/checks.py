@@ -109,3 +109,17 @@ def packed_bytes(op: str, arg: str, t: torch.Tensor, n: int) -> None:
     nbytes = t.numel() * t.element_size()
     check(nbytes == (n + 1) // 2, f"bnb::{op}: {arg} holds {nbytes} bytes of packed codes; {n} values need "
                                   f"{(n + 1) // 2}")
+
+
+def separate_outs(op: str, out: torch.Tensor, absmax: torch.Tensor) -> None:
+    """A quantize's codes and absmax outputs must not share memory (strided views count by their whole span)."""
+    def span(t):
+        start = t.storage_offset() * t.element_size()
+        return start, start + (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+    shared = (out.numel() > 0 and absmax.numel() > 0
+              and out.untyped_storage().data_ptr() == absmax.untyped_storage().data_ptr())
+    if shared:
+        (a0, a1), (b0, b1) = span(out), span(absmax)
+        shared = a0 < b1 and b0 < a1
+    check(not shared, f"bnb::{op}: out and absmax share memory; pass separate tensors")
