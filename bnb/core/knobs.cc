@@ -53,7 +53,8 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"cpu.int8_activations", KnobType::kBool, false, 0, 0,
        "matmul_4bit / Linear4bit over the tiled layout (cpu.pack_4bit) quantize each row of the input to int8 per "
        "64 columns and multiply integers (gemm_4bit_packed's int8_activations, as llama.cpp does), where the CPU "
-       "has AVX512-VNNI: bfloat16 batches about 1.6x faster, float32 ones 3-4x, one token up to 1.4x; error about "
+       "has AVX512-VNNI: bfloat16 batches about 1.6x faster, float32 inputs 1.6-3.4x (one bfloat16 token: the same, "
+       "memory bound); error about "
        "4x that of bfloat16 products against the dequantized weight (relative to the original weight, whose 4-bit "
        "codes err far more, about +0.5%); elsewhere the knob changes nothing"},
       {"cpu.huge_pages", KnobType::kBool, true, 0, 0,

@@ -121,10 +121,11 @@ def shape_rows(shapes, dtype, blocksize, rounds, with_peers):
         nbytes, fn = bnb_case(W, dtype, blocksize)
         weight_bytes += nbytes
         ours.append((W.shape[1], fn))
-    tiled = [(W.shape[1], bnb_matmul_case(W, dtype, blocksize)) for W in Ws]
-    impls = [("bnb gemv_4bit", ours), ("bnb matmul_4bit (tiled)", tiled)]
-    if bnb._C.gemm4_packed_int8_runs():
-        impls.append(("bnb tiled, int8 A (opt-in)", [(K, int8_case(f)) for K, f in tiled]))
+    impls = [("bnb gemv_4bit", ours),
+             ("bnb matmul_4bit (tiled)", [(W.shape[1], bnb_matmul_case(W, dtype, blocksize)) for W in Ws])]
+    if bnb._C.gemm4_packed_int8_runs():  # a weight of its own: one just read by the row above would sit in L3
+        impls.append(("bnb tiled, int8 A (opt-in)",
+                      [(W.shape[1], int8_case(bnb_matmul_case(W, dtype, blocksize))) for W in Ws]))
     if with_peers:
         for name, make in (("bitsandbytes gemv_4bit", bitsandbytes_case),
                            ("bitsandbytes Linear4bit", bitsandbytes_linear_case),
@@ -154,8 +155,10 @@ def batch_rows(N, K, batch, dtype, blocksize, rounds, with_peers):
     x = torch.randn(batch, K).to(dtype)
     packed, state = F.quantize_4bit(W.to(dtype), blocksize=blocksize, quant_type="nf4", compress_statistics=True)
     impls = [("bnb matmul_4bit", lambda: bnb.matmul_4bit(x, packed.t(), state))]
-    if bnb._C.gemm4_packed_int8_runs():
-        impls.append(("bnb tiled, int8 A (opt-in)", int8_case(lambda: bnb.matmul_4bit(x, packed.t(), state))))
+    if bnb._C.gemm4_packed_int8_runs():  # a weight of its own, as above
+        packed8, state8 = F.quantize_4bit(W.to(dtype), blocksize=blocksize, quant_type="nf4",
+                                          compress_statistics=True)
+        impls.append(("bnb tiled, int8 A (opt-in)", int8_case(lambda: bnb.matmul_4bit(x, packed8.t(), state8))))
     if with_peers:
         linear = bitsandbytes_linear_case(W, dtype, blocksize)
         if linear is not None:
