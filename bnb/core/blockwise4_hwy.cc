@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "bnb/core/blockwise4.h"
+#include "bnb/core/blockwise4_x86.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bnb/core/blockwise4_hwy.cc"
@@ -448,6 +449,7 @@ void QuantizeBlockwise4(DType dtype, const void* x, Quant4 q, const Blockwise4Ra
 
 void DequantizeBlockwise4(DType dtype, const uint8_t* packed, const float* absmax, const float* code16,
                           const Blockwise4Range& r, void* out) {
+  if (blockwise4_x86::Dequantize16(dtype, packed, absmax, code16, r, out)) return;
   HWY_DYNAMIC_DISPATCH(Dequantize4)(dtype, packed, absmax, code16, r, out);
 }
 

@@ -5,6 +5,7 @@
 #include "bnb/core/cpu_isa.h"
 #include "bnb/core/dtype.h"
 #include "bnb/core/lookup256_x86.h"
+#include "bnb/core/round16_x86.h"
 #include "hwy/targets.h"
 
 namespace bnb::core::blockwise8_x86 {
@@ -45,21 +46,6 @@ BNB_TARGET_AVX512VBMI void Run(const uint8_t* codes, const float* absmax, const 
   if constexpr (kStream) _mm_sfence();
 }
 
-// A 16-bit output per lane (its low 16 bits) from float32, rounded as StoreF32 rounds: bfloat16 to nearest even
-// (NaN: 0x7FC0), float16 by vcvtps2ph (Highway's DemoteTo on these targets).
-template <DType kT>
-BNB_TARGET_AVX512VBMI inline __m512i Round16(__m512 x) {
-  if constexpr (kT == DType::kBFloat16) {
-    const __m512i bits = _mm512_castps_si512(x);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-    const __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb);
-    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, bias), 16);
-    return _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
-  } else {
-    return _mm512_cvtepu16_epi32(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-}
-
 // 16-bit outputs, a block at a time: its 256 possible outputs (values * absmax, rounded by Round16) as two byte
 // planes (low and high bytes, each two register pairs), then 64 codes per step: each plane's byte by two 128-entry
 // byte permutes and a blend on the code's top bit, the planes interleaved by unpacks. The unpacks interleave within
@@ -74,7 +60,7 @@ BNB_TARGET_AVX512VBMI void Run16(const uint8_t* codes, const float* absmax, cons
     const __m512 scale = _mm512_set1_ps(absmax[b]);
 #pragma GCC unroll 16
     for (int k = 0; k < 16; ++k) {
-      const __m512i h = Round16<kT>(_mm512_mul_ps(_mm512_loadu_ps(values + 16 * k), scale));
+      const __m512i h = round16_x86::Round16<kT>(_mm512_mul_ps(_mm512_loadu_ps(values + 16 * k), scale));
       _mm_store_si128(reinterpret_cast<__m128i*>(planes[0] + 16 * k), _mm512_cvtepi32_epi8(h));
       _mm_store_si128(reinterpret_cast<__m128i*>(planes[1] + 16 * k), _mm512_cvtepi32_epi8(_mm512_srli_epi32(h, 8)));
     }
