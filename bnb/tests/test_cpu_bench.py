@@ -94,6 +94,15 @@ def test_gemv4_bench_prints_every_row(capsys):
         assert table[(dt, f"bnb ({kernel})")][0] > 0, table  # us; its % rounds to 0 at this size
 
 
+def test_gemv4_bench_loop_mode(capsys):
+    cpu_gemv4.main(["--shapes", "64x256", "--threads", "1", "--repeat", "1", "--no-layer", "--loop", "--loop-mb", "0",
+                    "--dtypes", "bfloat16"])
+    out = capsys.readouterr().out
+    rows = {line[40:66].strip(): int(line[66:75]) for line in out.splitlines() if line.endswith("%")}
+    assert "limit (copy, read only)" in rows and "bnb matmul_4bit (tiled)" in rows, out
+    assert not any(line.startswith("batch") for line in out.splitlines()), out
+
+
 def test_int8_bench_prints_every_row(capsys):
     cpu_int8.main(["--shape", "96x200", "--batches", "1,5", "--linear-batches", "1,3", "--repeat", "1"])
     out = capsys.readouterr().out

@@ -13,6 +13,7 @@ it would shadow nothing of bnb, but pip sees one 'bitsandbytes' only).
 """
 
 import argparse
+import time
 
 import torch
 
@@ -148,6 +149,49 @@ def shape_rows(shapes, dtype, blocksize, rounds, with_peers):
     return weight_bytes, min(copy), rows
 
 
+def loop_rows(shapes, dtype, blocksize, rounds, with_peers, loop_bytes):
+    """One token through the weights of `shapes` (a layer's decode step), each implementation in a loop of its own
+    over copies of the weights that outgrow the L3, as a decode runs (and as tools/bench/ggml_peer.c times ggml):
+    no other work between calls. In round_seconds' rotation each call instead follows other implementations, and
+    the lines a copy or oneDNN's weight reorder left dirty are written back during its reads (4096x4096 one thread:
+    ~400 us alone, ~600 after a copy). The limit: a copy of the codes' bytes in the same kind of loop."""
+    nbytes = sum(N * K // 2 for N, K in shapes)
+    copies = loop_bytes // nbytes + 2
+    x = {K: torch.randn(1, K).to(dtype) for _, K in shapes}
+    makes = [("bnb matmul_4bit (tiled)", bnb_matmul_case, False)]
+    if bnb._C.gemm4_packed_int8_runs():
+        makes.append(("bnb tiled, int8 A (opt-in)", bnb_matmul_case, True))
+    if with_peers:
+        makes.append(("bitsandbytes Linear4bit", bitsandbytes_linear_case, False))
+
+    def best_of(calls):
+        best = float("inf")
+        for r in range((rounds + 1) * len(calls)):
+            t0 = time.perf_counter()
+            calls[r % len(calls)]()
+            if r >= len(calls):  # the first pass warms caches of the code, the layouts and the thread pool
+                best = min(best, time.perf_counter() - t0)
+        return best
+
+    srcs = [torch.empty(nbytes, dtype=torch.uint8).random_() for _ in range(copies)]
+    dst = torch.empty(nbytes, dtype=torch.uint8)
+    limit = best_of([(lambda s: lambda: dst.copy_(s))(s) for s in srcs]) / 2
+    del srcs
+    rows = []
+    for name, make, int8 in makes:
+        layers = []
+        for _ in range(copies):
+            fns = [(K, make(torch.randn(N, K) * 0.02, dtype, blocksize)) for N, K in shapes]
+            if any(f is None for _, f in fns):
+                break
+            layers.append((lambda fns: lambda: [f(x[K]) for K, f in fns])(fns))
+        if len(layers) < copies:
+            continue
+        with torch.no_grad(), bnb.config.override(cpu__int8_activations=int8):
+            rows.append((name, best_of(layers)))
+    return nbytes, limit, rows
+
+
 def batch_rows(N, K, batch, dtype, blocksize, rounds, with_peers):
     """A batch through one weight (matmul_4bit, as Linear4bit's forward calls it) per implementation: (name, best
     seconds) each, beside F.linear on the dense weight."""
@@ -180,6 +224,10 @@ def main(argv=None):
     ap.add_argument("--no-layer", action="store_true", help="leave out the Llama-3-8B layer row")
     ap.add_argument("--no-peers", action="store_true", help="bnb alone (bitsandbytes, torch left out)")
     ap.add_argument("--batches", default="16,128", help="batch sizes of the batch table (weight: the first shape)")
+    ap.add_argument("--loop", action="store_true",
+                    help="one token: each implementation in a loop of its own over weights cycled past the L3 "
+                         "(as a decode, and tools/bench/ggml_peer.c), instead of rounds alternating them")
+    ap.add_argument("--loop-mb", type=int, default=96, help="--loop: MB of weights cycled through (above the L3)")
     args = ap.parse_args(argv)
     shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
     cases = [(f"{N}x{K}", [(N, K)]) for N, K in shapes]
@@ -196,6 +244,14 @@ def main(argv=None):
             for dtype in (getattr(torch, d) for d in args.dtypes.split(",")):
                 kernel = bnb._C.gemv4_kernel(str(dtype), shapes[0][1])
                 for label, case_shapes in cases:
+                    if args.loop:
+                        nbytes, limit, rows = loop_rows(case_shapes, dtype, args.blocksize, args.repeat,
+                                                        not args.no_peers, args.loop_mb << 20)
+                        print(f"{label:<30}{dtype_name(dtype):<10}{'limit (copy, read only)':<26}"
+                              f"{limit * 1e6:>9.0f}{100:>11}%")
+                        for name, seconds in rows:
+                            print(f"{'':<30}{'':<10}{name:<26}{seconds * 1e6:>9.0f}{100 * limit / seconds:>11.0f}%")
+                        continue
                     nbytes, copy_s, rows = shape_rows(case_shapes, dtype, args.blocksize, args.repeat,
                                                       not args.no_peers)
                     print(f"{label:<30}{dtype_name(dtype):<10}{'limit (copy, read only)':<26}"
@@ -204,6 +260,9 @@ def main(argv=None):
                         if name == "bnb gemv_4bit":
                             name = f"bnb ({kernel})"
                         print(f"{'':<30}{'':<10}{name:<26}{seconds * 1e6:>9.0f}{pct:>11.0f}%")
+            if args.loop:
+                print()
+                continue
             N, K = shapes[0]
             print(f"\nbatches through {N}x{K} (Linear4bit's matmul_4bit), us")
             for dtype in (getattr(torch, d) for d in args.dtypes.split(",")):
