@@ -84,13 +84,9 @@ bool Dequantize16(DType dtype, const uint8_t* packed, const float* absmax, const
     return false;
   }
   const bool stream = r.n * 2 + (r.n + 1) / 2 >= kStreamFromBytes && reinterpret_cast<uintptr_t>(out) % 64 == 0;
-  if (dtype == DType::kBFloat16) {
-    stream ? Run<DType::kBFloat16, true>(packed, absmax, code16, r, out)
-           : Run<DType::kBFloat16, false>(packed, absmax, code16, r, out);
-  } else {
-    stream ? Run<DType::kFloat16, true>(packed, absmax, code16, r, out)
-           : Run<DType::kFloat16, false>(packed, absmax, code16, r, out);
-  }
+  round16_x86::Dispatch16(dtype, stream, [&](auto type, auto streamed) {
+    Run<decltype(type)::value, decltype(streamed)::value>(packed, absmax, code16, r, out);
+  });
   return true;
 #else
   (void)dtype, (void)packed, (void)absmax, (void)code16, (void)r, (void)out;

@@ -106,13 +106,9 @@ bool Dequantize16(DType dtype, const uint8_t* codes, const float* absmax, const 
 #if BNB_GEMV4_X86
   if (dtype == DType::kFloat32 || r.blocksize < kTableFrom || !Allowed()) return false;
   const bool stream = r.n * 3 >= kStreamFromBytes && reinterpret_cast<uintptr_t>(out) % 64 == 0;
-  if (dtype == DType::kBFloat16) {
-    stream ? Run16<DType::kBFloat16, true>(codes, absmax, values, r, out)
-           : Run16<DType::kBFloat16, false>(codes, absmax, values, r, out);
-  } else {
-    stream ? Run16<DType::kFloat16, true>(codes, absmax, values, r, out)
-           : Run16<DType::kFloat16, false>(codes, absmax, values, r, out);
-  }
+  round16_x86::Dispatch16(dtype, stream, [&](auto type, auto streamed) {
+    Run16<decltype(type)::value, decltype(streamed)::value>(codes, absmax, values, r, out);
+  });
   return true;
 #else
   (void)dtype, (void)codes, (void)absmax, (void)values, (void)r, (void)out;
