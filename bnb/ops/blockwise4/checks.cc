@@ -72,6 +72,24 @@ c10::SymInt PackedElements(const char* op, const c10::SymInt& n, c10::ScalarType
   return bytes / itemsize;
 }
 
+std::pair<core::DType, core::Quant4> CheckQuantize(const char* op, const at::Tensor& A, int64_t blocksize,
+                                                   c10::string_view quant_type) {
+  const core::DType dtype = FloatDType(op, "A", A.scalar_type());
+  ThrowIfError(op, core::CheckBlocksize(blocksize));
+  const core::Quant4 q = ParseQuantType(op, quant_type);
+  CheckNotEmpty(op, "A", A);
+  return {dtype, q};
+}
+
+void CheckQuantizeInto(const char* op, const at::Tensor& A, int64_t blocksize, const at::Tensor& out,
+                       const at::Tensor& absmax) {
+  const std::vector<c10::SymInt> packed_shape{PackedElements(op, A.sym_numel(), out.scalar_type(), "out's dtype"),
+                                              1};
+  CheckOut(op, out, packed_shape, "quantize_4bit's packed shape for its dtype", out.scalar_type(), A);
+  CheckAbsmax(op, absmax, A, A.sym_numel(), blocksize);
+  CheckWritable(op, "absmax", absmax);
+}
+
 core::DType CheckDequantize(const char* op, const at::Tensor& A, const at::Tensor& absmax, int64_t blocksize,
                             c10::string_view quant_type, at::IntArrayRef shape, c10::ScalarType dtype) {
   const core::DType out_type = FloatDType(op, "dtype", dtype);

@@ -46,6 +46,7 @@
 #include <array>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "bnb/core/blockwise4.h"
@@ -63,6 +64,14 @@ core::Quant4 ParseQuantType(const char* op, c10::string_view quant_type);
 // source in errors.
 c10::SymInt PackedElements(const char* op, const c10::SymInt& n, c10::ScalarType storage,
                            const char* arg = "quant_storage");
+
+// Checks of quantize_4bit and quantize_4bit_into: A's dtype (returned) and that it is not empty, blocksize,
+// quant_type (parsed). quantize_4bit_into's out (quantize_4bit's packed shape, with its own dtype as quant_storage)
+// and absmax (one float32 per block, writable).
+std::pair<core::DType, core::Quant4> CheckQuantize(const char* op, const at::Tensor& A, int64_t blocksize,
+                                                   c10::string_view quant_type);
+void CheckQuantizeInto(const char* op, const at::Tensor& A, int64_t blocksize, const at::Tensor& out,
+                       const at::Tensor& absmax);
 
 // The bytes of a packed tensor of any storage dtype, flat and contiguous.
 inline at::Tensor PackedBytes(const at::Tensor& t) { return t.contiguous().view(at::kByte).reshape({-1}); }
@@ -158,10 +167,7 @@ struct Ops {
   static std::tuple<at::Tensor, at::Tensor> Quantize4bit(const at::Tensor& A, int64_t blocksize,
                                                          c10::string_view quant_type, c10::ScalarType quant_storage) {
     constexpr const char* op = "quantize_4bit";
-    const core::DType dtype = FloatDType(op, "A", A.scalar_type());
-    ThrowIfError(op, core::CheckBlocksize(blocksize));
-    const core::Quant4 q = ParseQuantType(op, quant_type);
-    CheckNotEmpty(op, "A", A);
+    const auto [dtype, q] = CheckQuantize(op, A, blocksize, quant_type);
     const c10::SymInt packed_rows = PackedElements(op, A.sym_numel(), quant_storage);
     if constexpr (Backend::kIsMeta) {
       return {at::empty_symint({packed_rows, 1}, A.options().dtype(quant_storage)),
@@ -178,23 +184,14 @@ struct Ops {
   static void Quantize4bitInto(const at::Tensor& A, int64_t blocksize, c10::string_view quant_type, at::Tensor& out,
                                at::Tensor& absmax) {
     constexpr const char* op = "quantize_4bit_into";
-    const core::DType dtype = FloatDType(op, "A", A.scalar_type());
-    ThrowIfError(op, core::CheckBlocksize(blocksize));
-    const core::Quant4 q = ParseQuantType(op, quant_type);
-    CheckNotEmpty(op, "A", A);
-    const std::vector<c10::SymInt> packed_shape{PackedElements(op, A.sym_numel(), out.scalar_type(), "out's dtype"),
-                                                1};
-    CheckOut(op, out, packed_shape, "quantize_4bit's packed shape for its dtype", out.scalar_type(), A);
-    CheckDType(op, "absmax", absmax, at::kFloat);
-    CheckNumel(op, "absmax", absmax, NumBlocks(A.sym_numel(), blocksize), "one per block of A");
-    CheckSameDevice(op, "absmax", absmax, A);
-    CheckWritable(op, "absmax", absmax);
+    const std::pair<core::DType, core::Quant4> checked = CheckQuantize(op, A, blocksize, quant_type);
+    CheckQuantizeInto(op, A, blocksize, out, absmax);
     if constexpr (!Backend::kIsMeta) {
       CheckSeparateOuts(op, out, absmax);
       FillOut(out, {&A, &absmax}, [&](at::Tensor& packed) {
         FillOut(absmax, {&A, &packed}, [&](at::Tensor& am) {
           at::Tensor bytes = packed.view(at::kByte).view({-1});
-          Backend::Quantize(op, A, q, blocksize, dtype, bytes, am);
+          Backend::Quantize(op, A, checked.second, blocksize, checked.first, bytes, am);
         });
       });
     }

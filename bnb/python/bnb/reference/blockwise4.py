@@ -90,7 +90,7 @@ def quantize_4bit_into(A: torch.Tensor, blocksize: int, quant_type: str, out: to
     checks.storage(op, "out's dtype", out.dtype)
     rows = _packed_elements(op, A.numel(), out.dtype)
     checks.out(op, out, (rows, 1), "quantize_4bit's packed shape for its dtype", out.dtype, A)
-    checks.float32_tensor(op, "absmax", absmax, A, checks.num_blocks(A.numel(), blocksize), "one per block of A")
+    _check_absmax(op, absmax, A, A.numel(), blocksize)
     checks.writable(op, "absmax", absmax)
     checks.separate_outs(op, out, absmax)
     packed, am = quantize_4bit(A, blocksize, quant_type, out.dtype)
