@@ -353,9 +353,9 @@ def _int8_product(op, A, values, scale, code, bias) -> torch.Tensor:
     q * value, times step * the weight's scale (step = max|a| / 127^2, NaN for a group not finite), the groups added
     in order in float32; plus bias; rounded to A's dtype.
     values: W's codes (N x K); scale: each element's block scale (N x K)."""
-    bad = [i for i, v in enumerate(code.tolist()) if not -1.0 <= v <= 1.0]
-    checks.check(not bad, f"bnb::{op}: int8_activations takes code values in [-1, 1] (each becomes round(127 * "
-                          f"value)), got code[{bad[0] if bad else 0}] = {code.tolist()[bad[0]] if bad else 0}")
+    for i, v in enumerate(code.tolist()):
+        checks.check(-1.0 <= v <= 1.0, f"bnb::{op}: int8_activations takes code values in [-1, 1] (each becomes "
+                                       f"round(127 * value)), got code[{i}] = {v}")
     N, K = values.shape
     groups = K // PACK_COLS
     a = A.reshape(-1, groups, PACK_COLS).float()
