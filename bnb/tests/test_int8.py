@@ -65,6 +65,20 @@ def test_int8_product_is_exact(device, M, K, N):
 
 
 @pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("K", [1, 1025, 20000, 131071])
+def test_reference_int8_product_is_exact_on_every_device(device, K):
+    # The definition sums float32 products over slices of 1024 (CUDA has no int64 matmul): exact only while a slice's
+    # partial sums stay within 2^24, which -128 * -128 * 1024 reaches; 127 * 127 is odd: one float32 matmul over
+    # K = 20000 rounds (seen on the CPU).
+    A = torch.full((3, K), -128, dtype=torch.int8)
+    B = torch.full((2, K), -128, dtype=torch.int8)
+    A[1] = B[1] = 127
+    A[2] = torch.randint(-128, 128, (K,), generator=torch.Generator().manual_seed(K), dtype=torch.int8)
+    want = (A.long() @ B.long().t()).int()
+    assert_same_bits(ref.int8_linear_matmul(A.to(device), B.to(device)).cpu(), want)
+
+
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", [None, *FLOAT_DTYPES])
 @pytest.mark.parametrize("bias_dtype", [None, torch.float16, torch.float32])
 def test_epilogues_equal_the_definition(device, dtype, bias_dtype):
@@ -92,8 +106,14 @@ def test_mixed_product_equals_the_definition(device, dtype, threshold):
     CB, SCB, _ = ops.int8_vectorwise_quant(W, 0.0)
     bias = torch.randn(96).to(device, dtype)
     got = ops.int8_mixed_scaled_mm(A, CA, CB, SCA, SCB, cols, bias)
-    want = ref.int8_mixed_scaled_mm(*(t.cpu() if t is not None else None for t in (A, CA, CB, SCA, SCB, cols, bias)))
+    # The definition on the same device: the outlier columns' addmm is torch's, whose rounding differs by device (an
+    # H100's float16 addmm differed from the CPU's in the last bit of 2 of 1728 values).
+    want = ref.int8_mixed_scaled_mm(A, CA, CB, SCA, SCB, cols, bias)
     assert_same(got, want)
+    # Its int8 part against the CPU's definition, device to device.
+    cpu = [t.cpu() if t is not None else None for t in (CA, CB, SCA, SCB, bias)]
+    assert_same_bits(ops.int8_scaled_mm(CA, CB, SCA, SCB, bias, dtype).cpu(),
+                     ref.int8_scaled_mm(*cpu[:4], cpu[4], dtype))
     assert got[0].shape == (3, 6, 96) and got[1].shape == (18, 0 if cols is None else cols.numel())
 
 

@@ -347,8 +347,13 @@ def int8(s: Smoke) -> None:
             CA, SCA, cols = ops.int8_vectorwise_quant(A, 6.0)
             CB, SCB, _ = ops.int8_vectorwise_quant(W, 0.0)
             want = ops.int8_mixed_scaled_mm(A, CA, CB, SCA, SCB, cols, bias)
+            scaled = ops.int8_scaled_mm(CA, CB, SCA, SCB, bias, dtype)
+            subB = ops.int8_vectorwise_dequant(CB[:, cols], SCB).to(dtype)
         on = [t.to(dev) if t is not None else None for t in (A, CA, CB, SCA, SCB, cols, bias)]
         got = ops.int8_mixed_scaled_mm(*on)
+        # The outlier columns' addmm is torch's, whose float16 rounding differs by device (the H100's differed from
+        # the CPU's in the last bit of 2 of 1728 values): the CPU's int8 part and weight columns, added on the device.
+        want = (scaled.to(dev).view(-1, 96).addmm(want[1].to(dev), subB.to(dev).t()).view(got[0].shape), want[1])
         s.sync()
         d = same_bits(got[0], want[0], "mixed product")
         if want[1] is not None:

@@ -139,9 +139,18 @@ def _check_matmul(op: str, A: torch.Tensor, B: torch.Tensor) -> list:
     return [*A.shape[:-1], B.shape[0]]
 
 
+_EXACT_K = 1024  # float32 sums of int8 products are exact over this many terms: 1024 * 128 * 128 = 2^24
+
+
 def _int_product(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    # int64 products and sums are exact; every sum fits int32 (MAX_K).
-    return (rows_of(A).long() @ B.long().t()).to(torch.int32)
+    # Float32 matmuls over slices of K, added in int32: exact on any device (CUDA has no int64 matmul). Every int8
+    # value is exact in float32, TF32 and bfloat16 alike, and no partial sum of a slice passes 2^24 in magnitude, so no
+    # summation order or reduced-precision mode rounds; every total fits int32 (MAX_K).
+    A, B = rows_of(A), B.t()
+    out = torch.zeros(A.shape[0], B.shape[1], dtype=torch.int32, device=A.device)
+    for k in range(0, A.shape[1], _EXACT_K):
+        out += (A[:, k:k + _EXACT_K].to(_F32) @ B[k:k + _EXACT_K].to(_F32)).to(torch.int32)
+    return out
 
 
 def _matmul_example(device, out: bool = False):
