@@ -78,7 +78,7 @@ class Smoke:
 def same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> float:
     """0.0 when got and want have the same dtype, shape and bits (NaN equal to NaN, payloads aside); else an
     AssertionError naming how many elements differ and the first."""
-    got = got.cpu()
+    got, want = got.cpu(), want.cpu()
     assert got.dtype == want.dtype and got.shape == want.shape, \
         f"{what}: got {got.dtype} {tuple(got.shape)}, want {want.dtype} {tuple(want.shape)}"
     g, w = got, want
