@@ -67,6 +67,17 @@ const std::vector<KnobSpec>& AllKnobs() {
                     : absl::InvalidArgumentError(absl::StrCat(
                           "cuda.threads_per_block: expected 0 or a power of two in [32, 1024], got ", t));
        }},
+      {"cuda.optim8_per_thread", KnobType::kInt, int64_t{kCudaOptim8PerThreadDefault}, 1, 8,
+       "elements of a 256-element state block each thread of the 8-bit optimizer update takes: 1 (a CTA of 256 "
+       "threads a block), 2, 4 or 8 (a warp a block: 16-byte loads and stores, no barriers); a template argument, "
+       "each value compiles its own kernels; the same results whatever the value",
+       [](const KnobValue& v) {
+         const int64_t k = std::get<int64_t>(v);
+         return k == 1 || k == 2 || k == 4 || k == 8
+                    ? absl::OkStatus()
+                    : absl::InvalidArgumentError(
+                          absl::StrCat("cuda.optim8_per_thread: expected 1, 2, 4 or 8, got ", k));
+       }},
       {"cuda.nvrtc_path", KnobType::kString, std::string(""), 0, 0,
        "libnvrtc to open, an absolute path; empty tries the nvidia-cuda-nvrtc wheel's, libnvrtc.so.13/.so.12 on the "
        "library path, then $CUDA_HOME/lib64. Read when NVRTC is first opened: a later change needs a new process",

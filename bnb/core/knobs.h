@@ -38,6 +38,10 @@ const std::vector<KnobSpec>& AllKnobs();
 // the knob says otherwise. bnb::jit::ThreadsPerBlock resolves the knob with it; the knob's doc quotes it.
 inline constexpr int kCudaThreadsPerBlockDefault = 256;
 
+// cuda.optim8_per_thread's default: the elements of a state block each thread of the CUDA 8-bit optimizer update
+// takes (kernels/optim.cuh).
+inline constexpr int kCudaOptim8PerThreadDefault = 1;
+
 // Whether a broken setting of the knob (a bad value in a file or the environment) fails what reads it: the cpu
 // knobs', as CPU work must not run otherwise than configured. Every other knob serves the kernel cache or CUDA,
 // which CPU work never uses: a broken one gives a warning and its default instead, so it cannot stop CPU work.

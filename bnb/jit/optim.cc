@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "bnb/core/config.h"
 #include "bnb/jit/blockwise8.h"
 #include "bnb/jit/kernel_registry.h"
 #include "bnb/jit/launch.h"
@@ -16,7 +17,7 @@ namespace {
 constexpr const char* kUpdate32 = "optimizer_update32";
 constexpr const char* kUnorm32 = "optimizer_unorm32";
 constexpr const char* kUpdate8 = "optimizer_update8";
-constexpr int kUpdate8Threads = 256;  // one per element of a state block
+constexpr int kUpdate8Threads = 256;  // a CTA: 256 / per_thread threads a state block
 constexpr core::DType kTypes[] = {core::DType::kFloat32, core::DType::kFloat16, core::DType::kBFloat16};
 constexpr core::OptimRule kRules[] = {core::OptimRule::kAdam,     core::OptimRule::kAdEMAMix,
                                       core::OptimRule::kMomentum, core::OptimRule::kLion,
@@ -75,9 +76,13 @@ absl::StatusOr<LoadedKernel> Get(KernelCache& cache, int device, const char* ent
 }  // namespace
 
 absl::StatusOr<KernelSpec> OptimSpec(const std::string& entry, core::OptimRule rule, core::DType dtype, int threads,
-                                     const std::string& arch) {
+                                     const std::string& arch, int per_thread) {
   if (entry == kUpdate8) {
     threads = kUpdate8Threads;
+    if (per_thread != 1 && per_thread != 2 && per_thread != 4 && per_thread != 8) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optim: optimizer_update8 takes 1, 2, 4 or 8 elements a thread, got ", per_thread));
+    }
   } else if (entry == kUpdate32 || entry == kUnorm32) {
     threads = ThreadsPerBlock(threads);
     if (absl::Status st = CheckThreadsPerBlock("optim", threads); !st.ok()) return st;
@@ -88,16 +93,21 @@ absl::StatusOr<KernelSpec> OptimSpec(const std::string& entry, core::OptimRule r
   s.template_name = "optim";
   s.entry = entry;
   s.template_args = {{"T", CudaTypeName(dtype)}, {"RULE", RuleName(rule)}, {"THREADS", absl::StrCat(threads)}};
+  if (entry == kUpdate8) s.template_args.push_back({"PER", absl::StrCat(per_thread)});
   s.arch = arch;
   return s;
 }
 
 std::vector<KernelSpec> AllOptimSpecs(const std::string& arch, int threads) {
+  // The 8-bit update's as a run with this configuration loads them (a bad setting: the default, as the knob's
+  // readers warn and fall back).
+  const absl::StatusOr<int64_t> knob = core::Config::Global().GetInt("cuda.optim8_per_thread");
+  const int per_thread = knob.ok() ? static_cast<int>(*knob) : core::kCudaOptim8PerThreadDefault;
   std::vector<KernelSpec> out;
   for (core::DType t : kTypes) {
     for (core::OptimRule rule : kRules) {
       out.push_back(*OptimSpec(kUpdate32, rule, t, threads, arch));
-      out.push_back(*OptimSpec(kUpdate8, rule, t, threads, arch));
+      out.push_back(*OptimSpec(kUpdate8, rule, t, threads, arch, per_thread));
       if (rule != core::OptimRule::kAdEMAMix) out.push_back(*OptimSpec(kUnorm32, rule, t, threads, arch));
     }
   }
@@ -135,9 +145,9 @@ int64_t OptimizerUpdate8ScratchBytes() { return 2 * kQuantizeBlockwise8ScratchBy
 absl::Status LaunchOptimizerUpdate8(KernelCache& cache, int device, const core::OptimStep& step, core::DType dtype,
                                     const void* g, void* p, uint8_t* q1, uint8_t* q1b, uint8_t* q2,
                                     const float* qmap1, const float* qmap2, float* am1, float* am1b, float* am2,
-                                    void* scratch, int64_t n, void* stream) {
+                                    void* scratch, int64_t n, void* stream, int per_thread) {
   if (n == 0) return absl::OkStatus();
-  absl::StatusOr<KernelSpec> spec = OptimSpec(kUpdate8, step.rule, dtype, 0, "");
+  absl::StatusOr<KernelSpec> spec = OptimSpec(kUpdate8, step.rule, dtype, 0, "", per_thread);
   if (!spec.ok()) return spec.status();
   absl::StatusOr<LoadedKernel> prepare = cache.GetKernel(PrepareCodebook8Spec(""), device);
   if (!prepare.ok()) return prepare.status();
@@ -151,9 +161,9 @@ absl::Status LaunchOptimizerUpdate8(KernelCache& cache, int device, const core::
       return st;
     }
   }
-  return LaunchOverBlockTiles(cache, device, *spec, n, kUpdate8Threads, kUpdate8Threads, 1, stream, g, p, q1, q1b,
-                              q2, static_cast<const void*>(prep1), static_cast<const void*>(prep2), qmap1, qmap2,
-                              am1, am1b, am2, ScalarsOf(step, 0.0f), static_cast<long long>(n));
+  return LaunchOverBlockTiles(cache, device, *spec, n, core::kOptimizerBlocksize, kUpdate8Threads, per_thread, stream,
+                              g, p, q1, q1b, q2, static_cast<const void*>(prep1), static_cast<const void*>(prep2),
+                              qmap1, qmap2, am1, am1b, am2, ScalarsOf(step, 0.0f), static_cast<long long>(n));
 }
 
 }  // namespace bnb::jit

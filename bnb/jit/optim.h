@@ -1,6 +1,6 @@
 // Host side of kernels/optim.cuh: the kernel specs and launches of the optimizer updates on CUDA. Pointers are device
 // pointers (contiguous); `stream` is the runtime's stream handle as void*; `threads` is the cuda.threads_per_block
-// knob's value (0: its default; the 8-bit update always runs 256). Results equal bnb/core/optim.h's CPU updates bit
+// knob's value (0: its default; the 8-bit update always runs 256, per_thread elements each). Results equal bnb/core/optim.h's CPU updates bit
 // for bit (the trust ratio's float64 sum aside, which adds in another order).
 #pragma once
 
@@ -10,17 +10,20 @@
 
 #include "absl/status/statusor.h"
 #include "bnb/core/dtype.h"
+#include "bnb/core/knobs.h"
 #include "bnb/core/optim.h"
 #include "bnb/jit/kernel_cache.h"
 #include "bnb/jit/kernel_spec.h"
 
 namespace bnb::jit {
 
-// optimizer_update32 / optimizer_unorm32 / optimizer_update8 for `rule` and p's type.
+// optimizer_update32 / optimizer_unorm32 / optimizer_update8 for `rule` and p's type; per_thread: optimizer_update8's
+// elements a thread (the cuda.optim8_per_thread knob: 1, 2, 4 or 8), which the others ignore.
 absl::StatusOr<KernelSpec> OptimSpec(const std::string& entry, core::OptimRule rule, core::DType dtype, int threads,
-                                     const std::string& arch);
+                                     const std::string& arch, int per_thread = core::kCudaOptim8PerThreadDefault);
 
-// Every optimizer spec; registered as the optim family (kernel_registry.h).
+// Every optimizer spec; registered as the optim family (kernel_registry.h). optimizer_update8's take the
+// cuda.optim8_per_thread knob's current value, as the ops do.
 std::vector<KernelSpec> AllOptimSpecs(const std::string& arch, int threads = 0);
 
 // 32-bit states: elements [0, n) of g and p (dtype) and the float32 states (s1b: ademamix's m2; s2: two-state rules;
@@ -44,6 +47,7 @@ int64_t OptimizerUpdate8ScratchBytes();
 absl::Status LaunchOptimizerUpdate8(KernelCache& cache, int device, const core::OptimStep& step, core::DType dtype,
                                     const void* g, void* p, uint8_t* q1, uint8_t* q1b, uint8_t* q2,
                                     const float* qmap1, const float* qmap2, float* am1, float* am1b, float* am2,
-                                    void* scratch, int64_t n, void* stream);
+                                    void* scratch, int64_t n, void* stream,
+                                    int per_thread = core::kCudaOptim8PerThreadDefault);
 
 }  // namespace bnb::jit

@@ -71,6 +71,27 @@ TEST_F(KnobKeys, AnotherValueKeysEveryKernelItShapes) {
   EXPECT_GE(changed, 2 * 3 * 8 + 3 * 3 * 8);  // at least 8-bit quantize + dequantize, 4-bit NF4 + FP4 + dequantize
 }
 
+// The 8-bit optimizer update's specs take cuda.optim8_per_thread as the ops do (the registry reads the knob), so
+// a warm cache holds what a run with the setting loads.
+TEST_F(KnobKeys, Optim8PerThreadShapesTheRegisteredUpdates) {
+  const auto updates_with = [](const std::string& suffix) {
+    int count = 0, with = 0;
+    for (const KernelSpec& s : AllKernelSpecs("sm_90", 0)) {
+      if (s.entry != "optimizer_update8") continue;
+      ++count;
+      const std::string name = s.NameExpression();
+      with += name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    }
+    EXPECT_EQ(count, 3 * 6);  // three types, six rules
+    return with;
+  };
+  EXPECT_EQ(updates_with(", 256, 1>"), 3 * 6);
+  ASSERT_TRUE(core::Config::Global().Set("cuda.optim8_per_thread", int64_t{8}).ok());
+  EXPECT_EQ(updates_with(", 256, 8>"), 3 * 6);
+  EXPECT_FALSE(core::Config::Global().Set("cuda.optim8_per_thread", int64_t{3}).ok());
+  EXPECT_FALSE(core::Config::Global().Set("cuda.optim8_per_thread", int64_t{16}).ok());
+}
+
 TEST_F(KnobKeys, TheConfigurationIsNoPartOfAKey) {
   const std::map<std::string, std::string> before = Keys(cache_, 128);
   ASSERT_TRUE(core::Config::Global().Set("cuda.threads_per_block", int64_t{512}).ok());

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "bnb/core/blockwise4.h"
 #include "bnb/jit/blockwise4.h"
 #include "bnb/jit/blockwise8.h"
@@ -16,6 +17,7 @@
 #include "bnb/jit/cuda/nvrtc_compiler.h"
 #include "bnb/jit/kernel_registry.h"
 #include "bnb/jit/kernel_sources.h"
+#include "bnb/jit/optim.h"
 #include "bnb/tests/test_nvrtc.h"
 #include "gtest/gtest.h"
 
@@ -115,6 +117,31 @@ TEST(Nvrtc, OtherShapes4Bit) {
     absl::StatusOr<Binary> b = compiler.Compile(spec, SourceFor(spec), headers, *compiler.Options(spec));
     EXPECT_TRUE(b.ok()) << b.status();
   }
+}
+
+// The 8-bit optimizer update at every cuda.optim8_per_thread value (the registry holds the knob's), each rule and
+// type: the vector paths of 4 and 8 elements a thread and the element paths of 1 and 2.
+TEST(Nvrtc, Optim8PerThread) {
+  SKIP_WITHOUT_NVRTC();
+  NvrtcCompiler compiler;
+  const std::vector<SourceFile> headers = Headers();
+  int compiled = 0;
+  for (int per : {2, 4, 8}) {
+    for (core::DType t : {core::DType::kFloat32, core::DType::kBFloat16}) {
+      for (core::OptimRule rule : {core::OptimRule::kAdam, core::OptimRule::kAdEMAMix, core::OptimRule::kLion}) {
+        absl::StatusOr<KernelSpec> spec = OptimSpec("optimizer_update8", rule, t, 0, "sm_90", per);
+        ASSERT_TRUE(spec.ok()) << spec.status();
+        EXPECT_NE(spec->NameExpression().find(absl::StrCat(", 256, ", per, ">")), std::string::npos)
+            << spec->NameExpression();
+        absl::StatusOr<Binary> b = compiler.Compile(*spec, SourceFor(*spec), headers, *compiler.Options(*spec));
+        EXPECT_TRUE(b.ok()) << b.status();
+        ++compiled;
+      }
+    }
+  }
+  EXPECT_EQ(compiled, 18);
+  EXPECT_FALSE(OptimSpec("optimizer_update8", core::OptimRule::kAdam, core::DType::kFloat32, 0, "sm_90", 3).ok());
+  EXPECT_FALSE(OptimSpec("optimizer_update8", core::OptimRule::kAdam, core::DType::kFloat32, 0, "sm_90", 16).ok());
 }
 
 TEST(Nvrtc, Bad4BitShapesAreRejected) {

@@ -7,6 +7,7 @@ import re
 import pytest
 import torch
 
+import bnb
 from bnb.reference import blockwise8
 from bnb.reference import optim as ref
 from helpers import FLOAT_DTYPES, assert_same_bits, devices
@@ -131,6 +132,36 @@ def test_8bit_equals_the_definition(device, name, dtype, n):
         got = clone([g, p, q1, q2, qmap1, qmap2, a1, a2], device)
         run8(ref.optimizer_update_8bit_blockwise, name, *want, wd=wd, step=step, skip_zeros=skip)
         run8(ops.optimizer_update_8bit_blockwise, name, *got, wd=wd, step=step, skip_zeros=skip)
+        assert_all_same(got, want)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the knob shapes the CUDA kernel; no CUDA device")
+@pytest.mark.parametrize("per_thread", [1, 2, 4, 8])
+@pytest.mark.parametrize("name", OPTIMIZERS)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("n, offset", [(5000, 0), (256 * 40, 0), (1000, 1), (1000, 8)])
+def test_8bit_cuda_kernel_shapes_equal_the_definition(per_thread, name, dtype, n, offset):
+    # cuda.optim8_per_thread picks the kernel's elements per thread: 16-byte vectors where PER and the buffers
+    # allow (offset 0), elements where not (offset 1: p, g and the codes misaligned; 8: p and g aligned for float32
+    # only, the codes for PER <= 8), a partial last block (5000, 1000) or none (256 * 40).
+    gen, p, g = grads(n, dtype, seed=n + per_thread)
+    q1, q2, qmap1, a1, a2 = states8(name, n, gen)
+    qmap2 = UNSIGNED if q2 is not None else None
+
+    def shifted(t):  # t's values in a contiguous view `offset` elements into a larger buffer
+        if t is None or offset == 0:
+            return t
+        buf = torch.zeros(t.numel() + offset, dtype=t.dtype, device=t.device)
+        buf[offset:] = t
+        return buf[offset:]
+
+    for step, wd, skip in ((1, 0.0, False), (3, 0.01, True)):
+        want = clone([g, p, q1, q2, qmap1, qmap2, a1, a2], "cpu")
+        got = clone([g, p, q1, q2, qmap1, qmap2, a1, a2], "cuda")
+        got[:4] = [shifted(t) for t in got[:4]]
+        run8(ref.optimizer_update_8bit_blockwise, name, *want, wd=wd, step=step, skip_zeros=skip)
+        with bnb.config.override(cuda__optim8_per_thread=per_thread):
+            run8(ops.optimizer_update_8bit_blockwise, name, *got, wd=wd, step=step, skip_zeros=skip)
         assert_all_same(got, want)
 
 

@@ -6,7 +6,8 @@
 #   1 env    nvidia-smi, Python, torch (CUDA, C++ ABI and standard), compilers                           ~5 s
 #   2 build  bnb._C by tools/gpu/build.sh's build stage (-g0, all cores), the staged package                ~45 s
 #   3 smoke  tools/gpu/smoke.py: every CUDA op family against the CPU's scalar path, bit for bit            ~30 s
-#   4 bench  tools/bench/gpu_blockwise8.py, gpu_blockwise4.py (bandwidth beside a copy, gemv), gpu_jit.py   ~60 s
+#   4 bench  tools/bench/gpu_blockwise8.py, gpu_blockwise4.py (bandwidth beside a copy, gemv), gpu_optim.py,
+#            gpu_jit.py                                                                                   ~80 s
 #   5 test   pytest -k cuda over the CUDA-capable test files (~75 s), then the two CUDA GoogleTests (~55 s)
 #
 #   tools/gpu/check.sh [env|build|smoke|bench|test ...]      (default: all five; a rerun on a warm machine can
@@ -38,6 +39,8 @@ mkdir -p "$out"
 exec > >(tee -a "$out/check.log") 2>&1
 python=${PYTHON:-python3}
 work=${BNB_GPU_WORK:-/tmp/bnb-gpu}
+logs=$work/logs  # per-program logs; $OUT gets them merged by stage (the device tool brings back 8 files at most)
+mkdir -p "$logs"
 unset BNB_GPU_WORK  # bnb warns about BNB_ variables that name no knob; build.sh gets it on its command line
 budget=${CHECK_BUDGET_S:-480}
 start=$(date +%s)
@@ -141,12 +144,12 @@ if want smoke && room smoke 45; then
   stop_if_sticky "$out/3-smoke.log"
 fi
 
-if want bench && room bench 75; then
+if want bench && room bench 95; then
   stamp "4 bench"
-  for b in gpu_blockwise8 gpu_blockwise4 gpu_jit; do
-    (cd tools/bench && timeout 180 $python $b.py) >"$out/4-$b.log" 2>&1 || { status=1; stamp "$b FAILED:"; }
-    cat "$out/4-$b.log"
-    stop_if_sticky "$out/4-$b.log"
+  for b in gpu_blockwise8 gpu_blockwise4 gpu_optim gpu_jit; do
+    (cd tools/bench && timeout 180 $python $b.py) >"$logs/4-$b.log" 2>&1 || { status=1; stamp "$b FAILED:"; }
+    tee -a "$out/4-bench.log" <"$logs/4-$b.log"
+    stop_if_sticky "$logs/4-$b.log"
   done
 fi
 
@@ -163,23 +166,24 @@ if want test && room test 90; then
   if room gtest 60; then
     stamp "5 test: the CUDA GoogleTests"
     if tools/gpu/cc_binaries.sh "$work/prefix" "$work/gen" "$work" jit_cuda_test jit_cuda4_test \
-         >"$out/5-gtest-build.log" 2>&1; then
+         >"$logs/5-gtest-build.log" 2>&1; then
       # Side by side: each compiles its ~80 / ~170 kernels itself (disk cache off) on one thread.
       pids=()
       for t in jit_cuda_test jit_cuda4_test; do
-        timeout 240 "$work/cc-bin/$t" --gtest_brief=1 >"$out/5-$t.log" 2>&1 &
+        timeout 240 "$work/cc-bin/$t" --gtest_brief=1 >"$logs/5-$t.log" 2>&1 &
         pids+=($!)
       done
       for i in 0 1; do wait "${pids[$i]}" || status=1; done
       for t in jit_cuda_test jit_cuda4_test; do
         echo "$t:"
-        grep -E '^\[  (PASSED|FAILED|SKIPPED) |disk hit load|Failure' "$out/5-$t.log" | head -20
-        stop_if_sticky "$out/5-$t.log"
+        grep -E '^\[  (PASSED|FAILED|SKIPPED) |disk hit load|Failure' "$logs/5-$t.log" | head -20
+        cat "$logs/5-$t.log" >>"$out/5-gtest.log"
+        stop_if_sticky "$logs/5-$t.log"
       done
     else
       status=1
       stamp "building the GoogleTests FAILED:"
-      tail -20 "$out/5-gtest-build.log"
+      tail -20 "$logs/5-gtest-build.log" | tee -a "$out/5-gtest.log"
     fi
   fi
 fi

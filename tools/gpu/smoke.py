@@ -423,6 +423,17 @@ def optim(s: Smoke) -> None:
             s.case(f"optim 8-bit blockwise {name} {str(dtype)[6:]} n=5000",
                    lambda name=name, dtype=dtype: update8(name, dtype, 5000))
 
+    def per_thread(per, fn):
+        import bnb
+        with bnb.config.override(cuda__optim8_per_thread=per):
+            return fn()
+
+    # The kernel's other shapes (cuda.optim8_per_thread): a warp a block by 16-byte vectors, and 4 elements a thread.
+    for per in (4, 8):
+        for dtype in (torch.float32, torch.bfloat16):
+            s.case(f"optim 8-bit blockwise adam {str(dtype)[6:]} n=5000, cuda.optim8_per_thread {per}",
+                   lambda dtype=dtype, per=per: per_thread(per, lambda: update8("adam", dtype, 5000)))
+
 
 FAMILIES = (blockwise8, blockwise4, gemv4, linear4bit, int8, optim)
 

@@ -3,12 +3,14 @@
 // neither fuse nor reorder it; square roots and quotients are the correctly rounded ones.
 //
 // Template arguments: T = float, bnb::half or bnb::bf16 (p and g); RULE = a bnb::opt::Rule; THREADS = threads per
-// CTA (power of two in [32, 1024]; the 8-bit update's is one per element of a state block, 256).
+// CTA (power of two in [32, 1024]; the 8-bit update's is 256); PER (the 8-bit update's) = elements of a state block
+// per thread, 1, 2, 4 or 8.
 //   optimizer_update32   elementwise, striding over n; the trust ratio from *unorm when unorm is not null
 //   optimizer_unorm32    the trust ratio's sum of squared update directions, added in float64 to *sum
-//   optimizer_update8    a CTA per block of 256 at a time: the states dequantized (8-bit codes, qmap, absmax),
-//                        updated, and quantized back by blockwise8.cuh's rule through codebooks prepared by
-//                        prepare_codebook8 into scratch (`prep1`, and `prep2` for two-state rules)
+//   optimizer_update8    blocks of 256 by 256 / PER threads each, 256 * PER elements a CTA at a time: the states
+//                        dequantized (8-bit codes, qmap, absmax), updated, and quantized back by blockwise8.cuh's
+//                        rule through codebooks prepared by prepare_codebook8 into scratch (`prep1`, and `prep2`
+//                        for two-state rules)
 // Host side: bnb/jit/optim.h.
 #pragma once
 
@@ -152,7 +154,50 @@ __global__ void __launch_bounds__(THREADS)
   }
 }
 
-template <class T, int RULE, int THREADS>
+namespace bnb {
+namespace opt {
+
+// optimizer_update8's requantize of one state: the absmax of a state block's new values (those past the thread's
+// `valid` elements count as 0), then their codes; `vec`: PER codes by one store (aligned, none past n). Every thread
+// of the group calls it (group_absmax), also with nothing valid.
+template <int PER, int G>
+__device__ __forceinline__ void requantize8(const float (&x)[PER], int valid, bool vec, const bw8::Prepared& prep,
+                                            unsigned int* s_red, int group, unsigned char* codes, float* absmax,
+                                            long long block, long long start) {
+  unsigned int mb = 0;
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    if (k < valid) mb = max(mb, __float_as_uint(x[k]) & 0x7FFFFFFFu);
+  }
+  const float amax = group_absmax<G>(mb, s_red, group);
+  if (valid <= 0) return;
+  // A codebook with a non-finite entry gives NaN absmax, as blockwise8's quantize does (bw8::Prepared).
+  if (threadIdx.x % G == 0) absmax[block] = bw8::poisoned(prep) ? __uint_as_float(0x7FC00000u) : amax;
+  const bool fast = FastScaleOk(amax);
+  const float y = fast ? __frcp_rn(amax) : 0.0f;
+  unsigned char c[PER];
+#pragma unroll
+  for (int k = 0; k < PER; ++k) c[k] = k < valid ? bw8::code_in_block(x[k], amax, fast, y, prep) : 0;
+  if constexpr (PER >= 4) {
+    if (vec) {
+      bw8::store_codes<PER>(codes + start, c);
+      return;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    if (k < valid) codes[start + k] = c[k];
+  }
+}
+
+}  // namespace opt
+}  // namespace bnb
+
+// PER (1, 2, 4 or 8; the cuda.optim8_per_thread knob) elements of a state block per thread: G = 256 / PER threads
+// a block, THREADS / G blocks a tile. With PER a multiple of T's 16-byte vector (float: 4 and 8; half, bf16: 8)
+// aligned, whole blocks move by 16-byte loads and stores; with PER = 8 a warp holds a block and its absmax meets by
+// shuffles alone, no barrier.
+template <class T, int RULE, int THREADS, int PER>
 __global__ void __launch_bounds__(THREADS)
     optimizer_update8(const T* __restrict__ g, T* __restrict__ p, unsigned char* __restrict__ q1,
                       unsigned char* __restrict__ q1b, unsigned char* __restrict__ q2,
@@ -160,8 +205,16 @@ __global__ void __launch_bounds__(THREADS)
                       const float* __restrict__ qmap1, const float* __restrict__ qmap2, float* __restrict__ am1,
                       float* __restrict__ am1b, float* __restrict__ am2, bnb::opt::Scalars st, long long n) {
   using namespace bnb;
-  static_assert(THREADS == 256, "one thread per element of a block of 256");
+  static_assert(THREADS == 256, "the 8-bit update runs 256 threads a CTA");
+  static_assert(PER == 1 || PER == 2 || PER == 4 || PER == 8, "PER: 1, 2, 4 or 8 elements a thread");
+  constexpr int kBlock = 256;       // elements per state block (core::kOptimizerBlocksize)
+  constexpr int G = kBlock / PER;   // threads per state block
+  constexpr int QPT = THREADS / G;  // state blocks per tile
+  constexpr int VEC = Elem<T>::VEC;
+  constexpr bool kVec = PER % VEC == 0;  // whole 16-byte vectors of p and g per thread
+  constexpr int NV = kVec ? PER / VEC : 1;
   constexpr bool kTwo = opt::two_states(RULE);
+  constexpr bool kMix = RULE == opt::kAdEMAMix;
   // The prepared codebooks (the second only for two-state rules) and the codebooks' values.
   __shared__ bw8::Prepared s_prep[kTwo ? 2 : 1];
   __shared__ float s_val[kTwo ? 2 : 1][256];
@@ -174,33 +227,86 @@ __global__ void __launch_bounds__(THREADS)
   if constexpr (kTwo) s_val[kTwo ? 1 : 0][threadIdx.x] = qmap2[threadIdx.x];
   __syncthreads();
 
-  // The absmax of a block's new state values and their codes (inactive threads count as 0).
-  const auto requantize = [&](float x, bool active, const bw8::Prepared& prep, unsigned char* codes, float* absmax,
-                              long long block, long long i) {
-    const unsigned mb = active ? (__float_as_uint(x) & 0x7FFFFFFFu) : 0u;
-    const float amax = group_absmax<THREADS>(mb, s_red, 0);
-    // A codebook with a non-finite entry gives NaN absmax, as blockwise8's quantize does (bw8::Prepared).
-    if (threadIdx.x == 0) absmax[block] = bw8::poisoned(prep) ? __uint_as_float(0x7FC00000u) : amax;
-    const bool fast = FastScaleOk(amax);
-    const float y = fast ? __frcp_rn(amax) : 0.0f;
-    if (active) codes[i] = bw8::code_in_block(x, amax, fast, y, prep);
-  };
-
-  const long long nblocks = (n + THREADS - 1) / THREADS;
-  for (long long block = blockIdx.x; block < nblocks; block += gridDim.x) {
-    const long long i = block * THREADS + threadIdx.x;
-    const bool active = i < n;
-    float a = 0.0f, b = 0.0f, v = 0.0f;
-    if (active) {
-      float pv = Elem<T>::load(p + i);
-      a = bw8::mul_like_host(s_val[0][q1[i]], am1[block]);
-      if constexpr (RULE == opt::kAdEMAMix) b = bw8::mul_like_host(s_val[0][q1b[i]], am1b[block]);
-      if constexpr (kTwo) v = bw8::mul_like_host(s_val[kTwo ? 1 : 0][q2[i]], am2[block]);
-      if (opt::update<RULE, true>(st, 1.0f, Elem<T>::load(g + i), pv, a, b, v)) Elem<T>::store(p + i, pv);
+  const int group = threadIdx.x / G;
+  const int gl = threadIdx.x % G;
+  // (ademamix's q1b starts n bytes after q1: aligned only where n is.)
+  const bool vec_ok = kVec && bw8::aligned(g, 16) && bw8::aligned(p, 16) && bw8::aligned(q1, PER) &&
+                      (!kMix || bw8::aligned(q1b, PER)) && (!kTwo || bw8::aligned(q2, PER));
+  const long long nblocks = (n + kBlock - 1) / kBlock;
+  const long long ntiles = (nblocks + QPT - 1) / QPT;
+  for (long long tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    const long long block = tile * QPT + group;
+    const long long start = block * kBlock + (long long)gl * PER;
+    const int valid = block < nblocks && start < n ? (int)(n - start < PER ? n - start : PER) : 0;
+    const bool vec = vec_ok && valid == PER;
+    float a[PER], b[PER], v[PER];
+#pragma unroll
+    for (int k = 0; k < PER; ++k) a[k] = b[k] = v[k] = 0.0f;
+    if (valid > 0) {
+      float pv[PER], gv[PER];
+      unsigned char c1[PER], c1b[PER], c2[PER];
+      if constexpr (kVec) {
+        if (vec) {
+          Vec16 rp[NV], rg[NV];
+#pragma unroll
+          for (int k = 0; k < NV; ++k) {
+            rp[k] = reinterpret_cast<const Vec16*>(p + start)[k];
+            rg[k] = reinterpret_cast<const Vec16*>(g + start)[k];
+          }
+#pragma unroll
+          for (int k = 0; k < NV; ++k) {
+            Elem<T>::unpack(rp[k], pv + k * VEC);
+            Elem<T>::unpack(rg[k], gv + k * VEC);
+          }
+          bw8::load_codes<PER>(q1 + start, c1);
+          if constexpr (kMix) bw8::load_codes<PER>(q1b + start, c1b);
+          if constexpr (kTwo) bw8::load_codes<PER>(q2 + start, c2);
+        }
+      }
+      if (!vec) {
+        // Misaligned buffers and the partial last block: element by element.
+#pragma unroll
+        for (int k = 0; k < PER; ++k) {
+          if (k >= valid) continue;
+          pv[k] = Elem<T>::load(p + start + k);
+          gv[k] = Elem<T>::load(g + start + k);
+          c1[k] = q1[start + k];
+          if constexpr (kMix) c1b[k] = q1b[start + k];
+          if constexpr (kTwo) c2[k] = q2[start + k];
+        }
+      }
+      const float m1 = am1[block];
+      const float m1b = kMix ? am1b[block] : 0.0f;
+      const float m2 = kTwo ? am2[block] : 0.0f;
+      unsigned int skipped = 0;  // elements a zero gradient leaves as they were (skip_zeros)
+#pragma unroll
+      for (int k = 0; k < PER; ++k) {
+        if (k >= valid) continue;
+        a[k] = bw8::mul_like_host(s_val[0][c1[k]], m1);
+        if constexpr (kMix) b[k] = bw8::mul_like_host(s_val[0][c1b[k]], m1b);
+        if constexpr (kTwo) v[k] = bw8::mul_like_host(s_val[kTwo ? 1 : 0][c2[k]], m2);
+        if (!opt::update<RULE, true>(st, 1.0f, gv[k], pv[k], a[k], b[k], v[k])) skipped |= 1u << k;
+      }
+      bool stored = false;
+      if constexpr (kVec) {
+        if (vec && skipped == 0) {
+#pragma unroll
+          for (int k = 0; k < NV; ++k) store16(p + start + k * VEC, Elem<T>::pack(pv + k * VEC));
+          stored = true;
+        }
+      }
+      if (!stored) {
+#pragma unroll
+        for (int k = 0; k < PER; ++k) {
+          if (k < valid && !((skipped >> k) & 1u)) Elem<T>::store(p + start + k, pv[k]);
+        }
+      }
     }
-    // Every thread reaches each requantize (its absmax meets in shared memory).
-    requantize(a, active, s_prep[0], q1, am1, block, i);
-    if constexpr (RULE == opt::kAdEMAMix) requantize(b, active, s_prep[0], q1b, am1b, block, i);
-    if constexpr (kTwo) requantize(v, active, s_prep[kTwo ? 1 : 0], q2, am2, block, i);
+    // Every thread reaches each requantize (its absmax meets across the group).
+    opt::requantize8<PER, G>(a, valid, vec, s_prep[0], s_red, group, q1, am1, block, start);
+    if constexpr (kMix) opt::requantize8<PER, G>(b, valid, vec, s_prep[0], s_red, group, q1b, am1b, block, start);
+    if constexpr (kTwo) {
+      opt::requantize8<PER, G>(v, valid, vec, s_prep[kTwo ? 1 : 0], s_red, group, q2, am2, block, start);
+    }
   }
 }

@@ -22,4 +22,10 @@ int CudaThreadsPerBlock(const char* op) {
   return static_cast<int>(*threads);
 }
 
+int CudaOptim8PerThread(const char* op) {
+  absl::StatusOr<int64_t> per = bnb::core::Config::Global().GetInt("cuda.optim8_per_thread");
+  ThrowIfError(op, per.status());
+  return static_cast<int>(*per);
+}
+
 }  // namespace bnb::ops

@@ -18,4 +18,7 @@ void ThrowIfLaunchFailed(const char* op, const absl::Status& st);
 // cuda.threads_per_block (0: the kernels' default).
 int CudaThreadsPerBlock(const char* op);
 
+// cuda.optim8_per_thread.
+int CudaOptim8PerThread(const char* op);
+
 }  // namespace bnb::ops

@@ -61,7 +61,7 @@ struct Cuda {
                                         p.data_ptr(), q1, ademamix ? q1 + n : nullptr, DataOrNull<uint8_t>(state2),
                                         qmap1.data_ptr<float>(), DataOrNull<float>(qmap2), am1,
                                         ademamix ? am1 + blocks : nullptr, DataOrNull<float>(absmax2),
-                                        scratch.data_ptr(), n, CurrentCudaStream(p)));
+                                        scratch.data_ptr(), n, CurrentCudaStream(p), CudaOptim8PerThread(op)));
   }
 };
 
