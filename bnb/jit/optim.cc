@@ -36,7 +36,9 @@ const char* RuleName(core::OptimRule rule) {
   return "?";
 }
 
-opt::Scalars ScalarsOf(const core::OptimStep& s, float clip_limit) {
+}  // namespace
+
+opt::Scalars OptimKernelScalars(const core::OptimStep& s, float clip_limit) {
   opt::Scalars k{};
   k.gnorm_scale = s.gnorm_scale;
   k.decay = s.decay;
@@ -65,6 +67,8 @@ opt::Scalars ScalarsOf(const core::OptimStep& s, float clip_limit) {
   k.coupled_decay = s.coupled_decay;
   return k;
 }
+
+namespace {
 
 absl::StatusOr<LoadedKernel> Get(KernelCache& cache, int device, const char* entry, core::OptimRule rule,
                                  core::DType dtype, int threads) {
@@ -124,7 +128,7 @@ absl::Status LaunchOptimizerUpdate32(KernelCache& cache, int device, const core:
   if (!k.ok()) return k.status();
   const int t = ThreadsPerBlock(threads);
   return Launch(*k, ElementGrid(n, t), Dim3{static_cast<unsigned>(t)}, 0, stream, g, p, s1, s1b, s2, unorm,
-                ScalarsOf(step, clip_limit), static_cast<long long>(n));
+                OptimKernelScalars(step, clip_limit), static_cast<long long>(n));
 }
 
 absl::Status LaunchOptimizerUnorm32(KernelCache& cache, int device, const core::OptimStep& step, core::DType dtype,
@@ -136,7 +140,7 @@ absl::Status LaunchOptimizerUnorm32(KernelCache& cache, int device, const core::
   const int t = ThreadsPerBlock(threads);
   // Fewer CTAs than elements / threads: each adds a longer run, and fewer float64 atomics meet at *sum.
   const Dim3 grid{static_cast<unsigned>(std::clamp<int64_t>((n + 8 * t - 1) / (8 * t), 1, 4096))};
-  return Launch(*k, grid, Dim3{static_cast<unsigned>(t)}, 0, stream, g, p, s1, s2, ScalarsOf(step, 0.0f),
+  return Launch(*k, grid, Dim3{static_cast<unsigned>(t)}, 0, stream, g, p, s1, s2, OptimKernelScalars(step, 0.0f),
                 static_cast<long long>(n), sum);
 }
 
@@ -163,7 +167,7 @@ absl::Status LaunchOptimizerUpdate8(KernelCache& cache, int device, const core::
   }
   return LaunchOverBlockTiles(cache, device, *spec, n, core::kOptimizerBlocksize, kUpdate8Threads, per_thread, stream,
                               g, p, q1, q1b, q2, static_cast<const void*>(prep1), static_cast<const void*>(prep2),
-                              qmap1, qmap2, am1, am1b, am2, ScalarsOf(step, 0.0f), static_cast<long long>(n));
+                              qmap1, qmap2, am1, am1b, am2, OptimKernelScalars(step, 0.0f), static_cast<long long>(n));
 }
 
 }  // namespace bnb::jit

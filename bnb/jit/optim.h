@@ -1,7 +1,7 @@
 // Host side of kernels/optim.cuh: the kernel specs and launches of the optimizer updates on CUDA. Pointers are device
 // pointers (contiguous); `stream` is the runtime's stream handle as void*; `threads` is the cuda.threads_per_block
-// knob's value (0: its default; the 8-bit update always runs 256, per_thread elements each). Results equal bnb/core/optim.h's CPU updates bit
-// for bit (the trust ratio's float64 sum aside, which adds in another order).
+// knob's value (0: its default; the 8-bit update always runs 256, per_thread elements each). Results equal
+// bnb/core/optim.h's CPU updates bit for bit (the trust ratio's float64 sum aside, which adds in another order).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,14 @@
 #include "bnb/jit/kernel_cache.h"
 #include "bnb/jit/kernel_spec.h"
 
+namespace bnb::opt {
+struct Scalars;  // kernels/optim_scalars.cuh
+}  // namespace bnb::opt
+
 namespace bnb::jit {
+
+// The kernels' scalars (kernels/optim_scalars.cuh) for one step; clip_limit: the 32-bit update's trust-ratio limit.
+opt::Scalars OptimKernelScalars(const core::OptimStep& step, float clip_limit);
 
 // optimizer_update32 / optimizer_unorm32 / optimizer_update8 for `rule` and p's type; per_thread: optimizer_update8's
 // elements a thread (the cuda.optim8_per_thread knob: 1, 2, 4 or 8), which the others ignore.

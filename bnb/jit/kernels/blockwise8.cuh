@@ -110,7 +110,7 @@ __device__ __forceinline__ float mul_like_host(float c, float a) {
 
 // The code of x in a block of absmax `amax` by the exact route: bnb::core::ScaleToUnit, then the midpoint search
 // (NaN, from a NaN absmax, has no midpoint below it: position 0). Out of line: the rare path of the kernel below.
-__device__ __noinline__ unsigned char code_exact(float x, float amax, const float* mid, const unsigned char* s2c) {
+__device__ BNB_NOINLINE unsigned char code_exact(float x, float amax, const float* mid, const unsigned char* s2c) {
   return s2c[cb8::SortedPosition(mid, scale_to_unit(x, amax))];
 }
 

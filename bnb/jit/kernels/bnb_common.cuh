@@ -4,6 +4,11 @@
 
 #include "ptx_compat.cuh"
 
+// __noinline__, spelled so that a host build (bnb/tests/cuda_emu.h) can say it its own way.
+#ifndef BNB_NOINLINE
+#define BNB_NOINLINE __noinline__
+#endif
+
 namespace bnb {
 
 // Storage types: the kernels read and write raw bits and convert with the functions below, so the results do not

@@ -1,0 +1,142 @@
+#include "bnb/tests/cuda_emu.h"
+
+#include <ucontext.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace bnb::emu {
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024;
+
+enum class State { kRunnable, kAtCtaBarrier, kAtWarpBarrier, kDone };
+
+struct Fiber {
+  ucontext_t ctx;
+  std::vector<char> stack;
+  State state = State::kRunnable;
+};
+
+// The CTA running now (one at a time, on the calling OS thread).
+struct Cta {
+  std::vector<Fiber> fibers;
+  ucontext_t main;
+  unsigned current = 0;
+  const std::function<void()>* body = nullptr;
+  std::vector<uint64_t> slots;
+  std::vector<int> predicates;
+};
+Cta cta;
+
+[[noreturn]] void Fail(const char* what) {
+  std::fprintf(stderr, "cuda_emu: %s (CTA %u)\n", what, block_idx.x);
+  std::abort();
+}
+
+void Entry() {
+  (*cta.body)();
+  cta.fibers[cta.current].state = State::kDone;  // uc_link returns to the scheduler
+}
+
+void Yield(State s) {
+  Fiber& f = cta.fibers[cta.current];
+  f.state = s;
+  swapcontext(&f.ctx, &cta.main);
+}
+
+void RunCta(unsigned threads) {
+  cta.fibers.resize(threads);
+  for (unsigned i = 0; i < threads; ++i) {
+    Fiber& f = cta.fibers[i];
+    f.stack.resize(kStackBytes);
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.data();
+    f.ctx.uc_stack.ss_size = f.stack.size();
+    f.ctx.uc_link = &cta.main;
+    makecontext(&f.ctx, Entry, 0);
+    f.state = State::kRunnable;
+  }
+  for (;;) {
+    for (unsigned i = 0; i < threads; ++i) {
+      if (cta.fibers[i].state != State::kRunnable) continue;
+      cta.current = i;
+      thread_idx = Dim3{i, 0, 0};
+      swapcontext(&cta.main, &cta.fibers[i].ctx);
+    }
+    // Nothing runnable: release the barriers whose threads have all arrived.
+    unsigned done = 0, at_cta = 0;
+    bool released = false;
+    for (unsigned w = 0; w < threads / 32; ++w) {
+      unsigned at_warp = 0, lane_done = 0;
+      for (unsigned l = 0; l < 32; ++l) {
+        const State s = cta.fibers[w * 32 + l].state;
+        at_warp += s == State::kAtWarpBarrier;
+        lane_done += s == State::kDone;
+      }
+      if (at_warp == 32) {
+        for (unsigned l = 0; l < 32; ++l) cta.fibers[w * 32 + l].state = State::kRunnable;
+        released = true;
+      } else if (at_warp > 0 && lane_done > 0) {
+        Fail("a shuffle that some lanes of the warp never reach");
+      }
+    }
+    for (const Fiber& f : cta.fibers) {
+      done += f.state == State::kDone;
+      at_cta += f.state == State::kAtCtaBarrier;
+    }
+    if (done == threads) return;
+    if (at_cta == threads) {
+      for (Fiber& f : cta.fibers) f.state = State::kRunnable;
+      released = true;
+    } else if (at_cta > 0 && done > 0) {
+      Fail("__syncthreads that some threads never reach");
+    }
+    if (!released) Fail("deadlock: threads wait at different barriers");
+  }
+}
+
+}  // namespace
+
+void RunGrid(unsigned ctas, unsigned threads, const std::function<void()>& body) {
+  if (threads == 0 || threads % 32 != 0 || threads > 1024) Fail("threads per CTA must be a multiple of 32 to 1024");
+  grid_dim = Dim3{ctas, 1, 1};
+  block_dim = Dim3{threads, 1, 1};
+  cta.body = &body;
+  cta.slots.assign(threads, 0);
+  cta.predicates.assign(threads, 0);
+  for (unsigned b = 0; b < ctas; ++b) {
+    block_idx = Dim3{b, 0, 0};
+    RunCta(threads);
+  }
+}
+
+void SyncThreads() { Yield(State::kAtCtaBarrier); }
+
+int SyncThreadsAnd(int predicate) {
+  cta.predicates[cta.current] = predicate != 0;
+  SyncThreads();
+  int all = 1;
+  for (int p : cta.predicates) all &= p;
+  SyncThreads();  // every thread has read them before any writes the next call's
+  return all;
+}
+
+uint64_t ShuffleXor(uint64_t bits, int lane_mask) {
+  const unsigned me = cta.current;
+  cta.slots[me] = bits;
+  Yield(State::kAtWarpBarrier);
+  const uint64_t r = cta.slots[(me & ~31u) | ((me & 31u) ^ (static_cast<unsigned>(lane_mask) & 31u))];
+  Yield(State::kAtWarpBarrier);
+  return r;
+}
+
+void CheckAligned(const void* p, unsigned bytes, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes != 0) {
+    std::fprintf(stderr, "cuda_emu: %s at %p, not %u-byte aligned (a GPU faults)\n", what, p, bytes);
+    std::abort();
+  }
+}
+
+}  // namespace bnb::emu

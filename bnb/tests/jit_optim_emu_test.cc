@@ -1,0 +1,204 @@
+// The CUDA 8-bit optimizer update (bnb/jit/kernels/optim.cuh) run on the CPU by cuda_emu.h, against bnb/core's
+// update bit for bit, no GPU needed: every cuda.optim8_per_thread value (1, 2, 4, 8), rules with one, two and three
+// states, float32 / float16 / bfloat16 parameters, whole and partial last blocks, aligned and misaligned buffers,
+// skip_zeros, a grid smaller than the tiles (the CTAs stride); the codebooks prepared by prepare_codebook8, as on
+// the GPU.
+#include "bnb/tests/cuda_emu.h"
+// The kernels as host C++ (after the emulator, which defines what they need).
+#include "bnb/jit/optim_host.h"
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bnb/core/blockwise8.h"
+#include "bnb/core/codebook.h"
+#include "bnb/core/dtype.h"
+#include "bnb/core/optim.h"
+#include "bnb/jit/optim.h"
+#include "gtest/gtest.h"
+
+namespace bnb {
+namespace {
+
+using core::DType;
+using core::OptimRule;
+
+constexpr int64_t kBs = core::kOptimizerBlocksize;
+
+// Bytes at `offset` into a buffer of their own (the rest zero), so a kernel sees them at that misalignment.
+struct Buffer {
+  std::vector<unsigned char> bytes;
+  int64_t offset = 0;
+  Buffer(int64_t size, int64_t off) : bytes(size + off + 64), offset(off) {
+    // 64-byte aligned base: vector paths depend on the address, not on where the allocator put it.
+    while (reinterpret_cast<uintptr_t>(bytes.data() + base) % 64 != 0) ++base;
+  }
+  unsigned char* data() { return bytes.data() + base + offset; }
+  int64_t base = 0;
+};
+
+struct Case {
+  OptimRule rule;
+  DType dtype;
+  int per;
+  int64_t n;
+  int64_t misalign;  // elements (p, g) and bytes (codes) past a 64-byte boundary, for those `misaligned` names
+  bool skip_zeros;
+  unsigned ctas;
+  const char* misaligned = "gpq";  // g, p, the codes (q)
+};
+
+std::string Name(const Case& c) {
+  return absl::StrCat("rule ", static_cast<int>(c.rule), " dtype ", core::DTypeName(c.dtype), " per ", c.per, " n ",
+                      c.n, " misalign ", c.misalign, " of ", c.misaligned, " skip_zeros ", c.skip_zeros, " ctas ",
+                      c.ctas);
+}
+
+// optimizer_update8's arguments (kernels/optim.cuh), and the grid.
+struct Args {
+  const void* g;
+  void* p;
+  uint8_t *q1, *q1b, *q2;
+  const bw8::Prepared *prep1, *prep2;
+  const float *qmap1, *qmap2;
+  float *am1, *am1b, *am2;
+  opt::Scalars st;
+  int64_t n;
+  unsigned ctas;
+};
+
+template <class T, int kRule, int kPer>
+void LaunchUpdate8(const Args& a) {
+  emu::Launch(a.ctas, 256, optimizer_update8<T, kRule, 256, kPer>, static_cast<const T*>(a.g), static_cast<T*>(a.p),
+              a.q1, a.q1b, a.q2, a.prep1, a.prep2, a.qmap1, a.qmap2, a.am1, a.am1b, a.am2, a.st,
+              static_cast<long long>(a.n));
+}
+
+template <class T, int kRule>
+void ByPer(int per, const Args& a) {
+  switch (per) {
+    case 1: return LaunchUpdate8<T, kRule, 1>(a);
+    case 2: return LaunchUpdate8<T, kRule, 2>(a);
+    case 4: return LaunchUpdate8<T, kRule, 4>(a);
+    default: return LaunchUpdate8<T, kRule, 8>(a);
+  }
+}
+
+template <class T>
+void ByRule(OptimRule rule, int per, const Args& a) {
+  switch (rule) {
+    case OptimRule::kAdam: return ByPer<T, opt::kAdam>(per, a);
+    case OptimRule::kAdEMAMix: return ByPer<T, opt::kAdEMAMix>(per, a);
+    case OptimRule::kLion: return ByPer<T, opt::kLion>(per, a);
+    default: return ByPer<T, opt::kMomentum>(per, a);
+  }
+}
+
+// prepare_codebook8 run as the GPU runs it (one CTA of 256).
+bw8::Prepared Prepare(const std::vector<float>& code) {
+  alignas(16) static bw8::Prepared prep;
+  emu::Launch(1, 256, prepare_codebook8<256>, code.data(), &prep);
+  return prep;
+}
+
+void Check(const Case& c) {
+  SCOPED_TRACE(Name(c));
+  const bool two = c.rule == OptimRule::kAdam || c.rule == OptimRule::kAdEMAMix;
+  const bool mix = c.rule == OptimRule::kAdEMAMix;
+  const int64_t n = c.n, blocks = (n + kBs - 1) / kBs, size = core::DTypeSize(c.dtype);
+  const std::vector<float> signed_map = *core::CreateDynamicMap(true), unsigned_map = *core::CreateDynamicMap(false);
+  const core::PreparedCodebook cb1 = *core::PrepareCodebook(signed_map.data(), 256);
+  const core::PreparedCodebook cb2 = *core::PrepareCodebook(unsigned_map.data(), 256);
+
+  std::mt19937 rng(static_cast<unsigned>(n * 31 + c.per));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const auto off = [&](char which) { return std::strchr(c.misaligned, which) != nullptr ? c.misalign : 0; };
+  Buffer g(n * size, off('g') * size), p(n * size, off('p') * size);
+  Buffer q1(2 * n, off('q')), q2(n, off('q'));
+  for (int64_t i = 0; i < n; ++i) {
+    core::StoreFromFloat(c.dtype, p.data(), i, normal(rng));
+    core::StoreFromFloat(c.dtype, g.data(), i, i % 7 == 3 ? 0.0f : 0.5f * normal(rng));  // zeros for skip_zeros
+  }
+  // States quantized as the CPU would have left them: m (and m2) signed, v unsigned.
+  std::vector<float> m(2 * n), v(n), am1(2 * blocks), am2(blocks);
+  for (float& x : m) x = 0.1f * normal(rng);
+  for (float& x : v) x = 0.01f * std::fabs(normal(rng));
+  const core::Blockwise8Range range{n, kBs, 0, blocks};
+  core::QuantizeBlockwise8(DType::kFloat32, m.data(), cb1, range, q1.data(), am1.data());
+  core::QuantizeBlockwise8(DType::kFloat32, m.data() + n, cb1, range, q1.data() + n, am1.data() + blocks);
+  core::QuantizeBlockwise8(DType::kFloat32, v.data(), cb2, range, q2.data(), am2.data());
+  // The codes of m2 follow m's n bytes: at n's alignment, as the ops lay ademamix's state out.
+  const core::OptimStep step = core::MakeOptimStep(c.rule, true, 0.9, 0.999, 0.9999, 5.0, 1e-8, 0.01, 3, 1e-3,
+                                                   0.75, c.skip_zeros);
+
+  // The CPU's update on copies.
+  std::vector<unsigned char> p_cpu(p.data(), p.data() + n * size), q1_cpu(q1.data(), q1.data() + 2 * n),
+      q2_cpu(q2.data(), q2.data() + n);
+  std::vector<float> am1_cpu = am1, am2_cpu = am2;
+  core::OptimizerUpdate8(step, c.dtype, g.data(), p_cpu.data(), q1_cpu.data(), mix ? q1_cpu.data() + n : nullptr,
+                         two ? q2_cpu.data() : nullptr, cb1, two ? &cb2 : nullptr, am1_cpu.data(),
+                         mix ? am1_cpu.data() + blocks : nullptr, two ? am2_cpu.data() : nullptr, n, 0, blocks);
+
+  // The kernel, emulated.
+  alignas(16) static bw8::Prepared prep1, prep2;
+  prep1 = Prepare(signed_map);
+  prep2 = Prepare(unsigned_map);
+  const Args args{g.data(), p.data(), q1.data(), mix ? q1.data() + n : nullptr, two ? q2.data() : nullptr, &prep1,
+                  two ? &prep2 : nullptr, signed_map.data(), two ? unsigned_map.data() : nullptr, am1.data(),
+                  mix ? am1.data() + blocks : nullptr, two ? am2.data() : nullptr,
+                  jit::OptimKernelScalars(step, 0.0f), n, c.ctas};
+  switch (c.dtype) {
+    case DType::kFloat32: ByRule<float>(c.rule, c.per, args); break;
+    case DType::kFloat16: ByRule<half>(c.rule, c.per, args); break;
+    case DType::kBFloat16: ByRule<bf16>(c.rule, c.per, args); break;
+  }
+
+  const auto first_diff = [](const unsigned char* a, const unsigned char* b, int64_t bytes) {
+    for (int64_t i = 0; i < bytes; ++i) {
+      if (a[i] != b[i]) return i;
+    }
+    return int64_t{-1};
+  };
+  EXPECT_EQ(first_diff(p.data(), p_cpu.data(), n * size), -1) << "p (byte)";
+  EXPECT_EQ(first_diff(q1.data(), q1_cpu.data(), mix ? 2 * n : n), -1) << "state1 codes";
+  EXPECT_EQ(std::memcmp(am1.data(), am1_cpu.data(), (mix ? 2 : 1) * blocks * 4), 0) << "state1 absmax";
+  if (two) {
+    EXPECT_EQ(first_diff(q2.data(), q2_cpu.data(), n), -1) << "state2 codes";
+    EXPECT_EQ(std::memcmp(am2.data(), am2_cpu.data(), blocks * 4), 0) << "state2 absmax";
+  }
+}
+
+TEST(Optim8Emulated, EveryElementsPerThreadEqualsTheCpu) {
+  for (int per : {1, 2, 4, 8}) {
+    for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      for (OptimRule rule : {OptimRule::kAdam, OptimRule::kAdEMAMix, OptimRule::kLion}) {
+        Check({rule, t, per, 1000, 0, false, 2});  // a partial last block
+        Check({rule, t, per, 2048, 0, true, 1});   // whole blocks, skip_zeros, one CTA striding
+      }
+    }
+  }
+}
+
+TEST(Optim8Emulated, MisalignedBuffersTakeTheElementPath) {
+  for (int per : {4, 8}) {
+    for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+      for (int64_t misalign : {1, 4, 8}) {
+        Check({OptimRule::kAdam, t, per, 777, misalign, false, 3});
+        Check({OptimRule::kMomentum, t, per, 512, misalign, true, 1});
+        for (const char* which : {"g", "p", "q"}) Check({OptimRule::kAdam, t, per, 512, misalign, false, 1, which});
+      }
+    }
+  }
+}
+
+TEST(Optim8Emulated, TinyAndOddLengths) {
+  for (int per : {1, 8}) {
+    for (int64_t n : {1, 7, 255, 257}) Check({OptimRule::kAdam, DType::kFloat16, per, n, 0, false, 1});
+  }
+}
+
+}  // namespace
+}  // namespace bnb
