@@ -1,5 +1,6 @@
 // The CUDA blockwise kernels (kernels/blockwise8.cuh, blockwise4.cuh) run on the CPU by cuda_emu.h, against
-// bnb/core bit for bit, no GPU needed: 8-bit quantize and dequantize, NF4 / FP4 quantize and dequantize, float32,
+// bnb/core bit for bit, no GPU needed: 8-bit quantize and dequantize, NF4 / FP4 quantize and dequantize, gemv4 with
+// exact (integer) products on its vector, tiled and element paths, float32,
 // float16 and bfloat16, small and large blocks, 256 threads and other counts, whole and partial last blocks,
 // misaligned buffers, special values (a zero block, NaN, +-inf, subnormals, huge values), fewer CTAs than tiles.
 #include "bnb/tests/cuda_emu.h"
@@ -17,6 +18,7 @@
 #include "bnb/core/blockwise8.h"
 #include "bnb/core/codebook.h"
 #include "bnb/core/dtype.h"
+#include "bnb/core/gemv4.h"
 #include "gtest/gtest.h"
 
 namespace bnb {
@@ -130,6 +132,45 @@ void Check4(core::Quant4 q, int64_t n, int64_t misalign, unsigned ctas) {
   EXPECT_EQ(FirstDiff(out.data(), out_cpu.data(), n * size), -1) << "dequantized";
 }
 
+// gemv4 with integer codes, absmax and inputs: every product and partial sum is exact, so the kernel's order of
+// summation gives Gemv4Scalar's bits.
+template <class T, int kThreads, int kRows>
+void CheckGemv(int64_t N, int64_t K, int64_t blocksize, int64_t b_misalign) {
+  constexpr DType dtype = DTypeOf<T>();
+  SCOPED_TRACE(absl::StrCat("gemv4 ", core::DTypeName(dtype), " threads ", kThreads, " rows ", kRows, " ", N, "x",
+                            K, " blocksize ", blocksize, " B misaligned by ", b_misalign));
+  const int64_t size = core::DTypeSize(dtype), bytes = core::PackedSize4(N * K);
+  const int64_t blocks = (N * K + blocksize - 1) / blocksize;
+  std::mt19937 rng(static_cast<unsigned>(N * 7 + K));
+  Buffer A(K * size, 0), B(bytes, b_misalign), out(N * size, 0), out_cpu(N * size, 0);
+  for (int64_t k = 0; k < K; ++k) core::StoreFromFloat(dtype, A.data(), k, static_cast<float>(rng() % 9) - 4.0f);
+  for (int64_t i = 0; i < bytes; ++i) B.data()[i] = static_cast<unsigned char>(rng());
+  std::vector<float> absmax(blocks), code16(16);
+  for (float& a : absmax) a = static_cast<float>(1 + rng() % 3);
+  for (int c = 0; c < 16; ++c) code16[c] = static_cast<float>(c - 8);
+  core::Gemv4Scalar(dtype, A.data(), B.data(), absmax.data(), code16.data(), N, K, blocksize, out_cpu.data(), 0, N);
+  int lg = 0;
+  while ((int64_t{1} << lg) < blocksize) ++lg;
+  const unsigned ctas = static_cast<unsigned>((N + kThreads / 32 * kRows - 1) / (kThreads / 32 * kRows));
+  emu::Launch(ctas, kThreads, gemv4<T, kThreads, kRows>, reinterpret_cast<const T*>(A.data()), B.data(),
+              absmax.data(), code16.data(), reinterpret_cast<T*>(out.data()), static_cast<long long>(N),
+              static_cast<long long>(K), lg);
+  EXPECT_EQ(FirstDiff(out.data(), out_cpu.data(), N * size), -1) << "out";
+}
+
+template <class T>
+void GemvShapes() {
+  // K above the shared-memory tile of A (32 KB), the vector path, odd K and N * K (the element path), a block
+  // larger than a row, B off its 16-byte alignment (the element path again).
+  CheckGemv<T, 256, 2>(37, 16416, 64, 0);
+  CheckGemv<T, 256, 2>(21, 4096, 128, 0);
+  CheckGemv<T, 256, 2>(5, 33, 32, 0);
+  CheckGemv<T, 256, 2>(4, 4103, 4096, 0);
+  CheckGemv<T, 256, 2>(9, 4096, 64, 1);
+  CheckGemv<T, 64, 1>(7, 2048, 64, 0);
+  CheckGemv<T, 128, 4>(19, 1024, 256, 0);
+}
+
 // Lengths: a partial last block past the special values, and whole blocks.
 template <class T, int kBlock, int kThreads>
 void Lengths8() {
@@ -166,6 +207,12 @@ TEST(Blockwise4Emulated, EqualsTheCpu) {
   Lengths4<bf16, 32, 32>();
   Lengths4<bf16, 64, 256>();
   Lengths4<bf16, 4096, 256>();
+}
+
+TEST(Gemv4Emulated, IntegerProductsEqualTheDefinition) {
+  GemvShapes<float>();
+  GemvShapes<half>();
+  GemvShapes<bf16>();
 }
 
 }  // namespace
