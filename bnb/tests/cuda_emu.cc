@@ -31,7 +31,7 @@ struct Cta {
 Cta cta;
 
 [[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "cuda_emu: %s (CTA %u)\n", what, block_idx.x);
+  std::fprintf(stderr, "cuda_emu: %s (CTA %u, %u)\n", what, block_idx.x, block_idx.y);
   std::abort();
 }
 
@@ -99,16 +99,18 @@ void RunCta(unsigned threads) {
 
 }  // namespace
 
-void RunGrid(unsigned ctas, unsigned threads, const std::function<void()>& body) {
+void RunGrid(Dim3 grid, unsigned threads, const std::function<void()>& body) {
   if (threads == 0 || threads % 32 != 0 || threads > 1024) Fail("threads per CTA must be a multiple of 32 to 1024");
-  grid_dim = Dim3{ctas, 1, 1};
+  grid_dim = Dim3{grid.x, grid.y == 0 ? 1 : grid.y, 1};
   block_dim = Dim3{threads, 1, 1};
   cta.body = &body;
   cta.slots.assign(threads, 0);
   cta.predicates.assign(threads, 0);
-  for (unsigned b = 0; b < ctas; ++b) {
-    block_idx = Dim3{b, 0, 0};
-    RunCta(threads);
+  for (unsigned y = 0; y < grid_dim.y; ++y) {
+    for (unsigned x = 0; x < grid_dim.x; ++x) {
+      block_idx = Dim3{x, y, 0};
+      RunCta(threads);
+    }
   }
 }
 

@@ -36,13 +36,17 @@ struct Dim3 {
 // The running CUDA thread's coordinates (set by the scheduler before it resumes a fiber).
 inline Dim3 thread_idx, block_idx, block_dim, grid_dim;
 
-// Runs body once per CUDA thread of a 1-D grid of 1-D CTAs of `threads` (a multiple of 32, at most 1024).
-void RunGrid(unsigned ctas, unsigned threads, const std::function<void()>& body);
+// Runs body once per CUDA thread of a grid (x and y) of 1-D CTAs of `threads` (a multiple of 32, at most 1024).
+void RunGrid(Dim3 grid, unsigned threads, const std::function<void()>& body);
 
-// kernel(args...) over the grid.
+// kernel(args...) over `ctas` CTAs, or a 2-D grid.
+template <class Kernel, class... Args>
+void Launch(Dim3 grid, unsigned threads, Kernel kernel, Args... args) {
+  RunGrid(grid, threads, [&] { kernel(args...); });
+}
 template <class Kernel, class... Args>
 void Launch(unsigned ctas, unsigned threads, Kernel kernel, Args... args) {
-  RunGrid(ctas, threads, [&] { kernel(args...); });
+  Launch(Dim3{ctas, 1, 1}, threads, kernel, args...);
 }
 
 void SyncThreads();

@@ -1,0 +1,137 @@
+// The CUDA LLM.int8() passes (kernels/int8.cuh) run on the CPU by cuda_emu.h, against bnb/core's passes bit for
+// bit, no GPU needed: row quantization with its outlier flags, column absmax over a 2-D grid of row chunks and the
+// column codes, row dequantization, and the product's epilogue with and without a bias; float32, float16 and
+// bfloat16; thresholds 0 and 6; rows that are all zero, all outliers, hold NaN or +-inf; K off the thread count.
+#include "bnb/tests/cuda_emu.h"
+// The kernels as host C++ (after the emulator, which defines what they need).
+#include "bnb/jit/int8_host.h"
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bnb/core/dtype.h"
+#include "bnb/core/int8.h"
+#include "gtest/gtest.h"
+
+namespace bnb {
+namespace {
+
+using core::DType;
+
+template <class T>
+constexpr DType DTypeOf() {
+  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
+  if constexpr (std::is_same_v<T, half>) return DType::kFloat16;
+  return DType::kBFloat16;
+}
+
+template <class A, class B>
+bool SameBytes(const std::vector<A>& a, const std::vector<B>& b) {
+  return a.size() * sizeof(A) == b.size() * sizeof(B) && std::memcmp(a.data(), b.data(), a.size() * sizeof(A)) == 0;
+}
+
+// rows x K values of dtype: normal * 3 (|x| >= 6 now and then), row 1 zero, row 2 a lone outlier, row 3 a NaN, row
+// 4 +-inf.
+std::vector<unsigned char> Input(DType dtype, int64_t rows, int64_t K, unsigned seed) {
+  std::vector<unsigned char> x(rows * K * core::DTypeSize(dtype));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (int64_t i = 0; i < rows * K; ++i) {
+    const int64_t r = i / K, k = i % K;
+    float v = normal(rng);
+    if (r == 1 || r == 2) v = 0.0f;
+    if (r == 2 && k == K / 2) v = 50.0f;
+    if (r == 3 && k == K / 3) v = NAN;
+    if (r == 4 && k == 0) v = INFINITY;
+    if (r == 4 && k == K - 1) v = -INFINITY;
+    core::StoreFromFloat(dtype, x.data(), i, v);
+  }
+  return x;
+}
+
+template <class T>
+void CheckQuantize(int64_t rows, int64_t K, float threshold) {
+  constexpr DType dtype = DTypeOf<T>();
+  SCOPED_TRACE(absl::StrCat(core::DTypeName(dtype), " ", rows, "x", K, " threshold ", threshold));
+  const std::vector<unsigned char> x = Input(dtype, rows, K, static_cast<unsigned>(rows * K));
+  const T* xt = reinterpret_cast<const T*>(x.data());
+
+  // Rows: codes, stats, outlier flags.
+  std::vector<int8_t> codes(rows * K), codes_cpu(rows * K);
+  std::vector<float> stats(rows), stats_cpu(rows);
+  std::vector<uint8_t> flags(K, 0), flags_cpu(K, 0);
+  core::Int8QuantizeRows(dtype, x.data(), K, threshold, 0, rows, codes_cpu.data(), stats_cpu.data());
+  if (threshold > 0.0f) core::Int8OutlierColumns(dtype, x.data(), K, threshold, 0, rows, flags_cpu.data());
+  emu::Launch(3u, 256, int8_quantize_rows<T, 256>, xt, static_cast<long long>(rows), static_cast<long long>(K),
+              threshold, reinterpret_cast<signed char*>(codes.data()), stats.data(), flags.data());
+  EXPECT_TRUE(SameBytes(codes, codes_cpu)) << "row codes";
+  EXPECT_TRUE(SameBytes(stats, stats_cpu)) << "row stats";
+  EXPECT_TRUE(SameBytes(flags, flags_cpu)) << "outlier flags";
+
+  // Columns: absmax over chunks of rows (a 2-D grid, merged by atomicMax), then the codes.
+  std::vector<float> col(K, 0.0f), col_cpu(K, 0.0f);
+  core::Int8ColumnAbsmax(dtype, x.data(), K, threshold, 0, rows, col_cpu.data());
+  const long long rows_per_cta = 3;
+  const unsigned threads = 64;
+  emu::Launch(emu::Dim3{static_cast<unsigned>((K + threads - 1) / threads),
+                        static_cast<unsigned>((rows + rows_per_cta - 1) / rows_per_cta), 1},
+              threads, int8_column_absmax<T, 64>, xt, static_cast<long long>(rows), static_cast<long long>(K),
+              threshold, rows_per_cta, reinterpret_cast<unsigned int*>(col.data()));
+  EXPECT_TRUE(SameBytes(col, col_cpu)) << "column absmax";
+  std::vector<int8_t> ccodes(rows * K), ccodes_cpu(rows * K);
+  core::Int8QuantizeColumns(dtype, x.data(), K, threshold, col_cpu.data(), 0, rows, ccodes_cpu.data());
+  emu::Launch(2u, 64, int8_quantize_columns<T, 64>, xt, static_cast<long long>(rows * K), static_cast<long long>(K),
+              threshold, static_cast<const float*>(col.data()), reinterpret_cast<signed char*>(ccodes.data()));
+  EXPECT_TRUE(SameBytes(ccodes, ccodes_cpu)) << "column codes";
+
+  // Rows back to float32.
+  std::vector<float> back(rows * K), back_cpu(rows * K);
+  core::Int8DequantizeRows(codes_cpu.data(), stats_cpu.data(), K, 0, rows, back_cpu.data());
+  emu::Launch(2u, 128, int8_dequantize_rows<128>, reinterpret_cast<const signed char*>(codes.data()),
+              static_cast<const float*>(stats.data()), static_cast<long long>(rows * K), static_cast<long long>(K),
+              back.data());
+  EXPECT_TRUE(SameBytes(back, back_cpu)) << "dequantized rows";
+}
+
+template <class T, class B>
+void CheckEpilogue(int64_t rows, int64_t N, bool with_bias) {
+  constexpr DType dtype = DTypeOf<T>(), bias_dtype = DTypeOf<B>();
+  SCOPED_TRACE(absl::StrCat("epilogue ", core::DTypeName(dtype), " bias ",
+                            with_bias ? core::DTypeName(bias_dtype) : "none", " ", rows, "x", N));
+  std::mt19937 rng(static_cast<unsigned>(rows + N));
+  std::vector<int32_t> A(rows * N);
+  for (int32_t& a : A) a = static_cast<int32_t>(rng() % 2000001) - 1000000;
+  std::vector<float> rs(rows), cs(N);
+  for (float& r : rs) r = static_cast<float>(rng() % 1000) / 97.0f;
+  for (float& c : cs) c = static_cast<float>(rng() % 1000) / 89.0f;
+  cs[1] = INFINITY;
+  std::vector<unsigned char> bias(N * core::DTypeSize(bias_dtype));
+  for (int64_t i = 0; i < N; ++i) core::StoreFromFloat(bias_dtype, bias.data(), i, static_cast<float>(rng() % 100) / 7);
+  const void* b = with_bias ? bias.data() : nullptr;
+  std::vector<unsigned char> out(rows * N * core::DTypeSize(dtype)), out_cpu(out.size());
+  core::Int8DequantizeProduct(A.data(), rs.data(), cs.data(), bias_dtype, b, N, 0, rows, dtype, out_cpu.data());
+  emu::Launch(2u, 64, int8_dequantize_product<T, B, 64>, static_cast<const int*>(A.data()),
+              static_cast<const float*>(rs.data()), static_cast<const float*>(cs.data()), static_cast<const B*>(b),
+              static_cast<long long>(rows * N), static_cast<long long>(N), reinterpret_cast<T*>(out.data()));
+  EXPECT_TRUE(SameBytes(out, out_cpu)) << "dequantized product";
+}
+
+TEST(Int8Emulated, QuantizePassesEqualTheCpu) {
+  for (float threshold : {0.0f, 6.0f}) {
+    CheckQuantize<float>(7, 300, threshold);
+    CheckQuantize<half>(9, 64, threshold);
+    CheckQuantize<bf16>(6, 1000, threshold);
+  }
+}
+
+TEST(Int8Emulated, ProductEpilogueEqualsTheCpu) {
+  CheckEpilogue<float, float>(5, 70, false);
+  CheckEpilogue<half, half>(5, 70, true);
+  CheckEpilogue<bf16, float>(3, 129, true);
+  CheckEpilogue<float, bf16>(4, 33, true);
+}
+
+}  // namespace
+}  // namespace bnb
