@@ -7,6 +7,7 @@
 // The kernels as host C++ (after the emulator, which defines what they need).
 #include "bnb/jit/optim_host.h"
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -198,6 +199,71 @@ TEST(Optim8Emulated, TinyAndOddLengths) {
   for (int per : {1, 8}) {
     for (int64_t n : {1, 7, 255, 257}) Check({OptimRule::kAdam, DType::kFloat16, per, n, 0, false, 1});
   }
+}
+
+// optimizer_update32 and optimizer_unorm32, emulated, against core::OptimizerUpdate32 (bit for bit) and
+// core::OptimizerUnorm32 (the same float64 sum in another order), with and without a trust ratio.
+template <class T, int kRule>
+void Check32(OptimRule rule, bool clipped) {
+  constexpr DType dtype = std::is_same_v<T, float> ? DType::kFloat32
+                          : std::is_same_v<T, half> ? DType::kFloat16 : DType::kBFloat16;
+  SCOPED_TRACE(absl::StrCat("32-bit rule ", kRule, " ", core::DTypeName(dtype), clipped ? " clipped" : ""));
+  const bool two = rule == OptimRule::kAdam || rule == OptimRule::kAdEMAMix, mix = rule == OptimRule::kAdEMAMix;
+  const int64_t n = 1000, size = core::DTypeSize(dtype);
+  std::mt19937 rng(static_cast<unsigned>(kRule * 3 + clipped));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<unsigned char> g(n * size), p(n * size);
+  std::vector<float> s1(2 * n), s2(n);
+  for (int64_t i = 0; i < n; ++i) {
+    core::StoreFromFloat(dtype, p.data(), i, normal(rng));
+    core::StoreFromFloat(dtype, g.data(), i, i % 7 == 3 ? 0.0f : 0.5f * normal(rng));
+  }
+  for (float& x : s1) x = rule == OptimRule::kRMSprop || rule == OptimRule::kAdagrad ? 0.01f * std::fabs(normal(rng))
+                                                                                      : 0.1f * normal(rng);
+  for (float& x : s2) x = 0.01f * std::fabs(normal(rng));
+  core::OptimStep step = core::MakeOptimStep(rule, false, 0.9, 0.999, 0.9999, 5.0, 1e-8, 0.01, 3, 1e-3, 0.75, true);
+
+  // The trust ratio's sum of squares: the kernel's float64 atomics against the CPU's sum.
+  double sum = 0.0;
+  emu::Launch(2u, 256, optimizer_unorm32<T, kRule, 256>, reinterpret_cast<const T*>(g.data()),
+              reinterpret_cast<const T*>(p.data()), static_cast<const float*>(s1.data()),
+              static_cast<const float*>(two ? s2.data() : nullptr), jit::OptimKernelScalars(step, 0.0f),
+              static_cast<long long>(n), &sum);
+  const double sum_cpu = core::OptimizerUnorm32(step, dtype, g.data(), p.data(), s1.data(),
+                                                two ? s2.data() : nullptr, 0, n);
+  EXPECT_NEAR(sum, sum_cpu, 1e-12 * sum_cpu) << "unorm";
+
+  const float unorm = static_cast<float>(sum_cpu);
+  const float limit = clipped ? 0.5f * std::sqrt(unorm) : 0.0f;  // the update clipped to half its norm
+  step.clip = clipped ? core::OptimClip(unorm, 0.5 * std::sqrt(unorm), 1.0, 0.0, false) : 1.0f;
+  std::vector<unsigned char> p_cpu = p;
+  std::vector<float> s1_cpu = s1, s2_cpu = s2;
+  core::OptimizerUpdate32(step, dtype, g.data(), p_cpu.data(), s1_cpu.data(), mix ? s1_cpu.data() + n : nullptr,
+                          two ? s2_cpu.data() : nullptr, 0, n);
+  emu::Launch(3u, 128, optimizer_update32<T, kRule, 128>, reinterpret_cast<const T*>(g.data()),
+              reinterpret_cast<T*>(p.data()), s1.data(), mix ? s1.data() + n : nullptr, two ? s2.data() : nullptr,
+              clipped ? &unorm : nullptr, jit::OptimKernelScalars(step, limit), static_cast<long long>(n));
+  EXPECT_EQ(p, p_cpu) << "p";
+  EXPECT_EQ(std::memcmp(s1.data(), s1_cpu.data(), s1.size() * 4), 0) << "state1";
+  EXPECT_EQ(std::memcmp(s2.data(), s2_cpu.data(), s2.size() * 4), 0) << "state2";
+}
+
+template <class T>
+void Rules32() {
+  for (bool clipped : {false, true}) {
+    Check32<T, opt::kAdam>(OptimRule::kAdam, clipped);
+    Check32<T, opt::kMomentum>(OptimRule::kMomentum, clipped);
+    Check32<T, opt::kLion>(OptimRule::kLion, clipped);
+    Check32<T, opt::kRMSprop>(OptimRule::kRMSprop, clipped);
+    Check32<T, opt::kAdagrad>(OptimRule::kAdagrad, clipped);
+  }
+  Check32<T, opt::kAdEMAMix>(OptimRule::kAdEMAMix, false);
+}
+
+TEST(Optim32Emulated, UpdatesAndTrustRatioEqualTheCpu) {
+  Rules32<float>();
+  Rules32<half>();
+  Rules32<bf16>();
 }
 
 }  // namespace
