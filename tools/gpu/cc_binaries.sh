@@ -9,7 +9,7 @@
 # NAMEs (e.g. jit_cuda_test) build only those binaries (tools/gpu/check.sh needs the two CUDA tests, not all).
 #
 # The library is every bnb/core and bnb/jit source of tools/gpu/sources.txt (Bazel's list) plus the test-only
-# fake compiler, fake runtime and fuzz cases; each bnb/tests/*_test.cc, tools/bench/core_*_bench.cc and
+# fake compiler, fake runtime, CUDA emulator (bnb/tests/cuda_emu.cc) and fuzz cases; each bnb/tests/*_test.cc, tools/bench/core_*_bench.cc and
 # tools/fuzz/core_*_fuzz.cc is one cc_test / cc_binary in its BUILD.bazel, with no sources beside it but headers.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,7 +31,8 @@ version=$(sed -n 's/^BNB_VERSION = "\(.*\)"/\1/p' version.bzl)
 flags=(-O2 -std=c++17 -fPIC -ffp-contract=off -falign-loops=64 -D_GLIBCXX_USE_CXX11_ABI=1 -DHWY_SHARED_DEFINE
        -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1 "-DBNB_VERSION=\"$version\"" -I. -I"$host" -I"$prefix/usr/include")
 lib_srcs=($(grep -E '^bnb/(core|jit)/.*\.cc$' tools/gpu/sources.txt))
-lib_srcs+=(bnb/jit/fake_compiler.cc bnb/jit/fake_runtime.cc tools/fuzz/core_fuzz.cc "$gen/bnb/jit/kernels_embedded.cc")
+lib_srcs+=(bnb/jit/fake_compiler.cc bnb/jit/fake_runtime.cc bnb/tests/cuda_emu.cc tools/fuzz/core_fuzz.cc
+          "$gen/bnb/jit/kernels_embedded.cc")
 object() { echo "$obj/$(echo "$1" | tr / _).o"; }
 mains=(bnb/tests/*_test.cc tools/bench/core_*_bench.cc tools/fuzz/core_*_fuzz.cc)
 if (( $# )); then
