@@ -2,7 +2,9 @@
 
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <random>
 #include <cstdlib>
 #include <vector>
 
@@ -58,8 +60,14 @@ void RunCta(unsigned threads) {
     makecontext(&f.ctx, Entry, 0);
     f.state = State::kRunnable;
   }
+  // Each round runs the runnable threads in a fresh random order (seeded: a failure reproduces), so a kernel whose
+  // result depends on the order of its threads' accesses between two barriers (a race) shows it.
+  std::vector<unsigned> order(threads);
+  for (unsigned i = 0; i < threads; ++i) order[i] = i;
+  std::mt19937 rng(0x5eed0000u + block_idx.y * 65536u + block_idx.x);
   for (;;) {
-    for (unsigned i = 0; i < threads; ++i) {
+    std::shuffle(order.begin(), order.end(), rng);
+    for (unsigned i : order) {
       if (cta.fibers[i].state != State::kRunnable) continue;
       cta.current = i;
       thread_idx = Dim3{i, 0, 0};

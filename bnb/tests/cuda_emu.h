@@ -2,8 +2,9 @@
 // on the CPU, so their logic is tested bit for bit against bnb/core without a GPU. Include this first, then the
 // kernel's <name>_host.h, and launch with bnb::emu::Launch.
 //
-// Each CUDA thread is a fiber; a CTA's fibers run in turn until each reaches a barrier (__syncthreads, or the warp
-// barrier inside a shuffle), which releases when every thread it waits for has arrived; CTAs run one after another,
+// Each CUDA thread is a fiber; a CTA's fibers run in turn, in a random order each round, until each reaches a barrier
+// (__syncthreads, or the warp barrier inside a shuffle), which releases when every thread it waits for has arrived
+// (so an access that races another thread's between two barriers can come out wrong); CTAs run one after another,
 // so __shared__ (here: static) variables serve one CTA at a time. A barrier some threads never reach, or a shuffle
 // some lanes of its warp skip, aborts with a message. 16-byte accesses through the PTX wrappers check their alignment
 // (a GPU faults where the host would not); plain Vec16 loads are checked by the sanitizer the tests build with.
