@@ -21,6 +21,43 @@ absl::StatusOr<DeviceInfo> FakeRuntime::GetDeviceInfo(int device) {
   return info;
 }
 
+absl::StatusOr<uintptr_t> FakeRuntime::AllocManaged(int device, size_t bytes) {
+  if (absl::Status st = CheckDevice(device); !st.ok()) return st;
+  if (bytes == 0) return absl::InvalidArgumentError("fake runtime: a managed allocation of 0 bytes");
+  std::lock_guard<std::mutex> lock(mu_);
+  managed_.push_back(std::make_unique<char[]>(bytes));
+  return reinterpret_cast<uintptr_t>(managed_.back().get());
+}
+
+absl::Status FakeRuntime::FreeManaged(int device, uintptr_t address) {
+  if (absl::Status st = CheckDevice(device); !st.ok()) return st;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = managed_.begin(); it != managed_.end(); ++it) {
+    if (reinterpret_cast<uintptr_t>(it->get()) == address) {
+      managed_.erase(it);
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("fake runtime: ", address, " is no managed allocation"));
+}
+
+absl::Status FakeRuntime::PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream) {
+  if (absl::Status st = CheckDevice(device); !st.ok()) return st;
+  std::lock_guard<std::mutex> lock(mu_);
+  prefetches_.push_back({address, bytes, device, stream});
+  return absl::OkStatus();
+}
+
+std::vector<FakeRuntime::Prefetched> FakeRuntime::prefetches() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return prefetches_;
+}
+
+size_t FakeRuntime::managed_allocations() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return managed_.size();
+}
+
 absl::StatusOr<RuntimeModule*> FakeRuntime::LoadModule(absl::string_view image, int device) {
   if (absl::Status st = CheckDevice(device); !st.ok()) return st;
   std::lock_guard<std::mutex> lock(mu_);

@@ -49,6 +49,19 @@ class FakeRuntime : public Runtime {
   absl::Status Launch(const LoadedKernel& kernel, Dim3 grid, Dim3 block, unsigned shared_bytes, void* stream,
                       const KernelArgs& args) override;
 
+  // Managed memory as host memory; prefetches recorded (address, bytes, device, stream), frees checked.
+  absl::StatusOr<uintptr_t> AllocManaged(int device, size_t bytes) override;
+  absl::Status FreeManaged(int device, uintptr_t address) override;
+  absl::Status PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream) override;
+  struct Prefetched {
+    uintptr_t address;
+    size_t bytes;
+    int device;
+    void* stream;
+  };
+  std::vector<Prefetched> prefetches();
+  size_t managed_allocations();  // live ones
+
   std::vector<Launched> launches();
   int modules_loaded();
 
@@ -67,6 +80,8 @@ class FakeRuntime : public Runtime {
   std::vector<std::unique_ptr<Module>> modules_;
   std::vector<std::unique_ptr<Function>> functions_;
   std::vector<Launched> launches_;
+  std::vector<std::unique_ptr<char[]>> managed_;
+  std::vector<Prefetched> prefetches_;
 };
 
 }  // namespace bnb::jit

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -70,6 +71,16 @@ class Runtime {
   // is the default stream), `shared_bytes` of dynamic shared memory per CTA.
   virtual absl::Status Launch(const LoadedKernel& kernel, Dim3 grid, Dim3 block, unsigned shared_bytes,
                               void* stream, const KernelArgs& args) = 0;
+
+  // Unified (managed) memory, for paged optimizer state: `bytes` (> 0) that the driver moves between host memory
+  // and `device` page by page, so more than the device holds can be allocated. An error where the device or driver
+  // has none (the caller falls back to device memory). The address is the allocation's, as an integer.
+  virtual absl::StatusOr<uintptr_t> AllocManaged(int device, size_t bytes) = 0;
+  // Frees an AllocManaged allocation once `device` has finished all its work (kernels may still be reading it).
+  virtual absl::Status FreeManaged(int device, uintptr_t address) = 0;
+  // Starts moving [address, address + bytes) of managed memory to `device`, ordered on `stream`; OK and nothing
+  // done where the driver cannot prefetch (the pages then move when first touched).
+  virtual absl::Status PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream) = 0;
 };
 
 // runtime.LoadModule(binary.image) then GetFunction(binary.lowered_name), unloading the module when that fails.

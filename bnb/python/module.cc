@@ -172,6 +172,24 @@ PYBIND11_MODULE(_C, m) {
   }, "(name, bytes, mtime) of every file in the disk cache.");
   m.def("cache_clear", [] { return Unwrap(bnb::jit::KernelCache::Global().ClearDisk()); },
         "Removes every cached kernel file; returns how many.");
+  // Unified memory for paged optimizer state (bnb/python/bnb/optim/paged.py wraps it as tensors).
+  m.def("managed_alloc", [](int device, size_t bytes) {
+    return Unwrap(bnb::jit::KernelCache::Global().runtime().AllocManaged(device, bytes));
+  }, py::arg("device"), py::arg("bytes"),
+     "A managed allocation of `bytes` for GPU `device` (its address); the driver moves its pages on demand.");
+  m.def("managed_free", [](int device, uintptr_t address) {
+    absl::Status st;
+    {
+      py::gil_scoped_release release;  // waits for the device
+      st = bnb::jit::KernelCache::Global().runtime().FreeManaged(device, address);
+    }
+    Raise(st);
+  }, py::arg("device"), py::arg("address"), "Frees a managed_alloc allocation once the device is idle.");
+  m.def("managed_prefetch", [](int device, uintptr_t address, size_t bytes, uintptr_t stream) {
+    Raise(bnb::jit::KernelCache::Global().runtime().PrefetchManaged(device, address, bytes,
+                                                                       reinterpret_cast<void*>(stream)));
+  }, py::arg("device"), py::arg("address"), py::arg("bytes"), py::arg("stream"),
+     "Starts moving managed memory to GPU `device`, ordered on `stream` (a CUstream handle as an integer).");
   m.def("set_fallback_nvrtc_path", &bnb::jit::cuda::SetFallbackNvrtcPath,
         "Where to look for NVRTC when the cuda.nvrtc_path knob is empty (the nvidia-cuda-nvrtc wheel's copy).");
   m.def("cache_warm", [](const std::string& arch, py::object progress) {

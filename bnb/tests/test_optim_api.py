@@ -3,6 +3,7 @@ bit, a bitsandbytes state dict built by hand loads and continues as the op defin
 with the key named and the optimizer left as it was); GlobalOptimManager overrides; min_8bit_size; skip_zeros;
 paged optimizers on the CPU; argument errors; and a compiled training step (each update one node of the graph)."""
 
+import gc
 import inspect
 import io
 import re
@@ -577,8 +578,9 @@ def test_paged_classes_step_on_cpu(cls):
 
 
 def test_paged_cuda_state_is_checked_against_free_memory(monkeypatch):
-    """On CUDA paged state is ordinary device memory (bnb.optim.paged): a buffer larger than what is free is refused
-    before it is asked for. The check itself, with the free memory stubbed (no GPU needed)."""
+    """Where a GPU has no managed memory, paged state is ordinary device memory (bnb.optim.paged): a buffer larger
+    than what is free is refused before it is asked for. The check itself, with the free memory stubbed (no GPU
+    needed)."""
     monkeypatch.setattr(paged, "_available_cuda_bytes", lambda device: 100 * 2**20)
     paged.check_fits("PagedAdamW", 99 * 2**20, torch.device("cuda", 0))  # fits
     with pytest.raises(torch.OutOfMemoryError, match=r"^bnb\.optim\.PagedAdamW: a paged optimizer state buffer needs "
@@ -588,6 +590,31 @@ def test_paged_cuda_state_is_checked_against_free_memory(monkeypatch):
     monkeypatch.setattr(paged, "check_fits", lambda *a: calls.append(a))
     paged.state_buffer("PagedAdamW", (10,), torch.float32, torch.device("cpu"), True)  # not CUDA: no check
     assert calls == []
+
+
+def test_paged_cuda_state_falls_back_to_device_memory_once_warned(monkeypatch):
+    """A GPU without managed memory (stubbed: no GPU needed) gets one warning, then the checked device memory."""
+    class Checked(Exception):
+        pass
+
+    def no_managed(*a):
+        raise ValueError("CUDA device 0 has no concurrent managed access")
+
+    def check(owner, nbytes, device):
+        raise Checked(owner, nbytes, str(device))
+
+    monkeypatch.setattr(paged, "_managed_unavailable", set())
+    monkeypatch.setattr(paged, "managed_zeros", no_managed)
+    monkeypatch.setattr(paged, "check_fits", check)
+    with pytest.warns(UserWarning, match=r"PagedAdamW: no managed memory on cuda:0 \(CUDA device 0 has no concurrent "
+                                         r"managed access\); paged state is ordinary device memory"):
+        with pytest.raises(Checked) as first:
+            paged.state_buffer("PagedAdamW", (400, 260), torch.float32, torch.device("cuda", 0), True)
+    assert first.value.args == ("PagedAdamW", 400 * 260 * 4, "cuda:0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        with pytest.raises(Checked):
+            paged.state_buffer("PagedAdamW", (400, 260), torch.float32, torch.device("cuda", 0), True)
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -609,8 +636,7 @@ def test_cuda_equals_cpu(name):
                 p.grad = q.grad.cuda()
             opt.step()
             opt_cuda.step()
-    paging = [w for w in caught if "paged optimizer state is ordinary CUDA memory" in str(w.message)]
-    assert len(paging) == (1 if name.startswith("Paged") else 0)  # said once
+    assert not [w for w in caught if "managed memory" in str(w.message)]  # an H100 has it
     for p, q in zip(ps, ps_cuda):
         assert q.device.type == "cuda" and opt_cuda.state[q]["state1"].device.type == "cuda"
         assert torch.equal(p, q.cpu())
@@ -620,14 +646,51 @@ def test_cuda_equals_cpu(name):
 
 
 @cuda
-def test_paged_cuda_state_larger_than_free_memory_is_refused():
-    free = paged._available_cuda_bytes(torch.device("cuda"))
-    n = free // 4 + 2**20  # float32 elements: more than is free
-    p = torch.nn.Parameter(torch.zeros(1, device="cuda").expand(n))  # no memory of its own
-    opt = bnb.optim.PagedAdamW32bit([p])
-    p.grad = torch.zeros(1, device="cuda").expand(n)
-    with pytest.raises(torch.OutOfMemoryError, match=r"PagedAdamW32bit: a paged optimizer state buffer needs"):
-        opt.step()
+def test_paged_cuda_state_is_managed_memory_and_steps_as_the_plain_state():
+    """Paged state on CUDA is unified memory (bnb.optim.paged): outside torch's allocator, marked for the prefetch,
+    and the steps equal the plain optimizer's bit for bit; freed with the optimizer."""
+    shapes = ((400, 260), SMALL)  # the first above the size bitsandbytes pages
+    cpu = params(shapes=shapes)
+    ps = [torch.nn.Parameter(p.detach().cuda()) for p in cpu]
+    ps2 = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+    paged_opt, plain = bnb.optim.PagedAdamW8bit(ps), bnb.optim.AdamW8bit(ps2)
+    for step in range(3):
+        set_grads(cpu, step)
+        for p, q, c in zip(ps, ps2, cpu):
+            p.grad, q.grad = c.grad.cuda(), c.grad.cuda()
+        before = torch.cuda.memory_allocated()
+        paged_opt.step()
+        if step == 0:  # the large parameter's two 8-bit states: none of them from torch's allocator
+            assert torch.cuda.memory_allocated() - before < ps[0].numel()
+        plain.step()
+    big = paged_opt.state[ps[0]]
+    assert paged._live[big["state1"].data_ptr()] == (ps[0].device.index, ps[0].numel())
+    assert paged._live[big["state2"].data_ptr()] == (ps[0].device.index, ps[0].numel())
+    assert paged_opt.state[ps[1]]["state1"].data_ptr() not in paged._live  # small: ordinary memory
+    for p, q in zip(ps, ps2):
+        assert torch.equal(p, q)
+        assert_same_state(paged_opt.state[p], plain.state[q])
+    live = len(paged._live)
+    del paged_opt, big
+    gc.collect()
+    assert len(paged._live) == live - 2  # freed with the optimizer
+
+
+def test_prefetch_stays_within_the_free_memory_of_the_step(monkeypatch):
+    """Paged state is prefetched whole or not at all, within what each device had free when the step began
+    (queried once); tensors that are not a whole live managed allocation (ordinary memory, a part, a copy) are
+    passed over. No GPU needed: the allocations, queries and prefetches are stubbed."""
+    tensors = [torch.zeros(n, dtype=torch.uint8) for n in (600, 500, 400, 900, 100, 50)]
+    live = {t.data_ptr(): (index, t.numel()) for t, index in zip(tensors[:4], (0, 0, 0, 1))}
+    live[tensors[5].data_ptr()] = (0, 60)  # the tensor is only part of its allocation
+    monkeypatch.setattr(paged, "_live", live)
+    queries, prefetched = [], []
+    fetch = paged.Prefetcher(free_bytes=lambda index: queries.append(index) or 1000,
+                             prefetch=lambda index, address, nbytes: prefetched.append((index, address, nbytes)))
+    fetch(tensors + [tensors[0].clone(), None])  # the fifth is ordinary memory, the clone a copy
+    assert queries == [0, 1]
+    want = [(0, tensors[0].data_ptr(), 600), (0, tensors[2].data_ptr(), 400), (1, tensors[3].data_ptr(), 900)]
+    assert prefetched == want  # 500 no longer fits beside 600
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -428,6 +428,33 @@ def optim(s: Smoke) -> None:
         with bnb.config.override(cuda__optim8_per_thread=per):
             return fn()
 
+    def paged_adamw8bit():
+        """PagedAdamW8bit's state in managed memory (bnb.optim.paged), prefetched each step, against AdamW8bit on
+        the CPU."""
+        import bnb
+        from bnb.optim import paged
+        g = torch.Generator().manual_seed(7)
+        w = torch.randn(400, 260, generator=g) * 0.1  # above the size that is paged
+        grads = [torch.randn(400, 260, generator=g) * 0.1 for _ in range(3)]
+        p_cpu, p_dev = torch.nn.Parameter(w.clone()), torch.nn.Parameter(w.to(dev))
+        with s.ref():
+            ref_opt = bnb.optim.AdamW8bit([p_cpu])
+            for grad in grads:
+                p_cpu.grad = grad
+                ref_opt.step()
+        opt = bnb.optim.PagedAdamW8bit([p_dev])
+        for grad in grads:
+            p_dev.grad = grad.to(dev)
+            opt.step()
+        s.sync()
+        state = opt.state[p_dev]
+        if torch.device(dev).type == "cuda":  # (a dry run's CPU state is ordinary memory)
+            assert state["state1"].data_ptr() in paged._live and state["state2"].data_ptr() in paged._live, \
+                "paged state is not in managed memory"
+        return max(same_bits(p_dev, p_cpu, "p"), same_bits(state["state1"], ref_opt.state[p_cpu]["state1"], "state1"))
+
+    s.case("optim PagedAdamW8bit: managed state, prefetched, 3 steps", paged_adamw8bit)
+
     # The kernel's other shapes (cuda.optim8_per_thread): a warp a block by 16-byte vectors, and 4 elements a thread.
     for per in (4, 8):
         for dtype in (torch.float32, torch.bfloat16):

@@ -45,6 +45,11 @@ absl::StatusOr<CudaDriver> OpenDriver() {
   Sym(lib, "cuMemFree_v2", &d.cuMemFree, &missing);
   Sym(lib, "cuMemcpyHtoD_v2", &d.cuMemcpyHtoD, &missing);
   Sym(lib, "cuMemcpyDtoH_v2", &d.cuMemcpyDtoH, &missing);
+  // Unified memory is optional (paged state falls back to device memory without it); either prefetch will do.
+  std::vector<std::string> optional;
+  Sym(lib, "cuMemAllocManaged", &d.cuMemAllocManaged, &optional);
+  Sym(lib, "cuMemPrefetchAsync_v2", &d.cuMemPrefetchAsyncV2, &optional);
+  if (d.cuMemPrefetchAsyncV2 == nullptr) Sym(lib, "cuMemPrefetchAsync", &d.cuMemPrefetchAsyncV1, &optional);
   if (dladdr(reinterpret_cast<void*>(d.cuInit), &info) != 0 && info.dli_fname) d.path = info.dli_fname;
   if (!missing.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("bnb: the CUDA driver ", d.path, " lacks ",

@@ -23,8 +23,18 @@ using CUdeviceptr = unsigned long long;  // NOLINT: matches cuda.h on 64-bit hos
 inline constexpr int kCuDevAttrMultiprocessorCount = 16;
 inline constexpr int kCuDevAttrComputeCapabilityMajor = 75;
 inline constexpr int kCuDevAttrComputeCapabilityMinor = 76;
+inline constexpr int kCuDevAttrManagedMemory = 83;
+inline constexpr int kCuDevAttrConcurrentManagedAccess = 89;
 // CUfunction_attribute
 inline constexpr int kCuFuncAttrMaxDynamicSharedSizeBytes = 8;
+// cuMemAllocManaged's CU_MEM_ATTACH_GLOBAL; CUmemLocationType's CU_MEM_LOCATION_TYPE_DEVICE.
+inline constexpr unsigned kCuMemAttachGlobal = 1;
+inline constexpr int kCuMemLocationTypeDevice = 1;
+
+struct CUmemLocation {
+  int type;
+  int id;
+};
 
 struct CudaDriver {
   std::string path;  // the library that was opened
@@ -51,6 +61,12 @@ struct CudaDriver {
   CUresult (*cuMemFree)(CUdeviceptr ptr);
   CUresult (*cuMemcpyHtoD)(CUdeviceptr dst, const void* src, size_t bytes);
   CUresult (*cuMemcpyDtoH)(void* dst, CUdeviceptr src, size_t bytes);
+  // Unified memory (paged optimizer state). The prefetch is cuMemPrefetchAsync_v2 where the driver has it (CUDA
+  // 12.2 on), else the older cuMemPrefetchAsync: one of the two is set, or neither (then pages move on demand).
+  CUresult (*cuMemAllocManaged)(CUdeviceptr* ptr, size_t bytes, unsigned flags);
+  CUresult (*cuMemPrefetchAsyncV2)(CUdeviceptr ptr, size_t bytes, CUmemLocation location, unsigned flags,
+                                   CUstream stream);
+  CUresult (*cuMemPrefetchAsyncV1)(CUdeviceptr ptr, size_t bytes, CUdevice dst, CUstream stream);
 };
 
 // The driver (libcuda.so.1), opened and cuInit'ed once per process. An error names the library looked for and

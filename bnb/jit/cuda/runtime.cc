@@ -166,6 +166,68 @@ absl::Status CudaRuntime::Launch(const LoadedKernel& kernel, Dim3 grid, Dim3 blo
                               block.y, "x", block.z, ", shared ", shared_bytes, " bytes) on device ", kernel.device));
 }
 
+absl::StatusOr<uintptr_t> CudaRuntime::AllocManaged(int device, size_t bytes) {
+  absl::StatusOr<CUcontext> ctx = PrimaryContext(device);  // opens the driver and validates the ordinal
+  if (!ctx.ok()) return ctx.status();
+  const CudaDriver& d = **GetCudaDriver();
+  if (d.cuMemAllocManaged == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("the CUDA driver ", d.path, " has no cuMemAllocManaged"));
+  }
+  CUdevice dev = 0;
+  if (absl::Status st = CuCheck(d, d.cuDeviceGet(&dev, device), "cuDeviceGet"); !st.ok()) return st;
+  for (int attr : {kCuDevAttrManagedMemory, kCuDevAttrConcurrentManagedAccess}) {
+    int value = 0;
+    if (absl::Status st = CuCheck(d, d.cuDeviceGetAttribute(&value, attr, dev),
+                                  absl::StrCat("cuDeviceGetAttribute(", attr, ") on device ", device));
+        !st.ok()) {
+      return st;
+    }
+    if (value == 0) {
+      return absl::UnimplementedError(absl::StrCat("CUDA device ", device, " has no ",
+                                                   attr == kCuDevAttrManagedMemory ? "managed memory"
+                                                                                   : "concurrent managed access"));
+    }
+  }
+  ScopedContext scope(d, *ctx);
+  CUdeviceptr p = 0;
+  if (absl::Status st = CuCheck(d, d.cuMemAllocManaged(&p, bytes, kCuMemAttachGlobal),
+                                absl::StrCat("cuMemAllocManaged(", bytes, " bytes) for device ", device));
+      !st.ok()) {
+    return st;
+  }
+  return static_cast<uintptr_t>(p);
+}
+
+absl::Status CudaRuntime::FreeManaged(int device, uintptr_t address) {
+  absl::StatusOr<CUcontext> ctx = PrimaryContext(device);
+  if (!ctx.ok()) return ctx.status();
+  const CudaDriver& d = **GetCudaDriver();
+  ScopedContext scope(d, *ctx);
+  // The last tensor on the memory may go while kernels that read it are still queued.
+  if (absl::Status st = CuCheck(d, d.cuCtxSynchronize(), "cuCtxSynchronize"); !st.ok()) return st;
+  return CuCheck(d, d.cuMemFree(static_cast<CUdeviceptr>(address)), "cuMemFree (managed)");
+}
+
+absl::Status CudaRuntime::PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream) {
+  absl::StatusOr<CUcontext> ctx = PrimaryContext(device);
+  if (!ctx.ok()) return ctx.status();
+  const CudaDriver& d = **GetCudaDriver();
+  ScopedContext scope(d, *ctx);
+  const auto ptr = static_cast<CUdeviceptr>(address);
+  const auto s = static_cast<CUstream>(stream);
+  if (d.cuMemPrefetchAsyncV2 != nullptr) {
+    return CuCheck(d, d.cuMemPrefetchAsyncV2(ptr, bytes, CUmemLocation{kCuMemLocationTypeDevice, device}, 0, s),
+                   absl::StrCat("cuMemPrefetchAsync_v2(", bytes, " bytes) to device ", device));
+  }
+  if (d.cuMemPrefetchAsyncV1 != nullptr) {
+    CUdevice dev = 0;
+    if (absl::Status st = CuCheck(d, d.cuDeviceGet(&dev, device), "cuDeviceGet"); !st.ok()) return st;
+    return CuCheck(d, d.cuMemPrefetchAsyncV1(ptr, bytes, dev, s),
+                   absl::StrCat("cuMemPrefetchAsync(", bytes, " bytes) to device ", device));
+  }
+  return absl::OkStatus();
+}
+
 CudaRuntime& GetCudaRuntime() {
   static CudaRuntime* const runtime = new CudaRuntime;
   return *runtime;

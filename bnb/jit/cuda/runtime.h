@@ -25,6 +25,13 @@ class CudaRuntime : public Runtime {
   // cuLaunchKernel, with the kernel's context made current for the call when another one is.
   absl::Status Launch(const LoadedKernel& kernel, Dim3 grid, Dim3 block, unsigned shared_bytes, void* stream,
                       const KernelArgs& args) override;
+  // cuMemAllocManaged (attached globally) in the device's primary context, where the device reports managed
+  // memory and concurrent managed access (without the latter, the host could not touch it while kernels run).
+  absl::StatusOr<uintptr_t> AllocManaged(int device, size_t bytes) override;
+  // cuCtxSynchronize, then cuMemFree.
+  absl::Status FreeManaged(int device, uintptr_t address) override;
+  // cuMemPrefetchAsync(_v2) to the device.
+  absl::Status PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream) override;
 };
 
 // The process's CudaRuntime (its caches are per process, as the driver's state is).

@@ -12,8 +12,9 @@ Differences from bitsandbytes 0.50, each deliberate:
 - percentile_clipping (100-step gradient-norm history, bnb.functional.percentile_clipping) and block_wise are here,
   as keyword-only arguments (bitsandbytes 0.45 had them; 0.50 dropped both). block_wise=False (one scale per
   tensor) is an error: 8-bit state is blockwise only.
-- Paged state is ordinary memory (bnb.optim.paged): on CUDA it cannot spill to host memory, and a large paged
-  buffer is checked against the device's free memory first; on the CPU and other devices paging means nothing.
+- Paged state (bnb.optim.paged): on CUDA, as bitsandbytes, unified memory prefetched before each update, and only
+  as far as the device has memory free; where the GPU has no managed memory, ordinary device memory checked against
+  the free memory first (one warning); on the CPU and other devices paging means nothing.
 - Arguments bitsandbytes takes and silently ignores are errors where they would change the update: amsgrad=True,
   LAMB's bias_correction=False / adam_w_mode=False, SGD's and LARS's dampening != 0 / nesterov=True, RMSprop's
   momentum != 0, and an optim_bits other than the default in the ...8bit / ...32bit classes.

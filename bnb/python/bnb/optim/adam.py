@@ -44,7 +44,8 @@ class Adam32bit(Optimizer2State):
 
 
 class PagedAdam(Optimizer2State):
-    """Adam with paged state (bnb.optim.paged: ordinary memory in bnb); is_paged is bitsandbytes' unused argument."""
+    """Adam with paged state (bnb.optim.paged: CUDA unified memory, prefetched before each update); is_paged is
+    bitsandbytes' unused argument."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, optim_bits=32,
                  args=None, min_8bit_size=4096, is_paged=False, *, percentile_clipping=100, block_wise=True):

@@ -43,7 +43,7 @@ class AdamW32bit(Optimizer2State):
 
 
 class PagedAdamW(Optimizer2State):
-    """AdamW with paged state (bnb.optim.paged: ordinary memory in bnb)."""
+    """AdamW with paged state (bnb.optim.paged: CUDA unified memory, prefetched before each update)."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False,
                  optim_bits=32, args=None, min_8bit_size=4096, *, percentile_clipping=100, block_wise=True):

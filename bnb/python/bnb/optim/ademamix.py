@@ -76,7 +76,7 @@ class AdEMAMix32bit(AdEMAMix):
 
 
 class PagedAdEMAMix(AdEMAMix):
-    """AdEMAMix with paged state (bnb.optim.paged: ordinary memory in bnb)."""
+    """AdEMAMix with paged state (bnb.optim.paged: CUDA unified memory, prefetched before each update)."""
 
     def __init__(self, params: Iterable[torch.nn.Parameter], lr: float = 1e-3,
                  betas: tuple[float, float, float] = (0.9, 0.999, 0.9999), alpha: float = 5.0,

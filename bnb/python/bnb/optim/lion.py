@@ -34,7 +34,7 @@ class Lion32bit(Optimizer1State):
 
 
 class PagedLion(Optimizer1State):
-    """Lion with paged state (bnb.optim.paged: ordinary memory in bnb)."""
+    """Lion with paged state (bnb.optim.paged: CUDA unified memory, prefetched before each update)."""
 
     def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0, optim_bits=32, args=None,
                  min_8bit_size=4096, *, percentile_clipping=100, block_wise=True):

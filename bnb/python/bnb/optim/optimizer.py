@@ -72,7 +72,6 @@ class Optimizer8bit(torch.optim.Optimizer):
         self.is_paged = is_paged
         self.mng = GlobalOptimManager.get_instance()
         self.non_castable_tensor_keys = set(sd.WRAPPED_KEYS)
-        self._warned_paging = False
         if optim_bits == 8:
             self.fill_qmap()
 
@@ -166,13 +165,13 @@ class Optimizer8bit(torch.optim.Optimizer):
 
     def get_state_buffer(self, p: torch.Tensor, dtype: torch.dtype = torch.float32, shape=None) -> torch.Tensor:
         """A zeroed state buffer of p's shape (or `shape`) on p's device; paged: bnb.optim.paged."""
-        if self.is_paged and p.device.type == "cuda" and not self._warned_paging:
-            self._warned_paging = True
-            paged.warn_cuda_paging(self._owner)
         return paged.state_buffer(self._owner, p.shape if shape is None else shape, dtype, p.device, self.is_paged)
 
-    def prefetch_state(self, p: torch.Tensor) -> None:
-        """bitsandbytes prefetches paged state to the GPU here; bnb's is ordinary device memory (bnb.optim.paged)."""
+    def prefetch_state(self, p: torch.Tensor, prefetcher: Optional[paged.Prefetcher] = None) -> None:
+        """Paged: starts moving p's state in managed memory to its GPU, ahead of its update, within `prefetcher`'s
+        budget of free device memory (a fresh one if None; bnb.optim.paged)."""
+        if self.is_paged and p.device.type == "cuda":
+            (prefetcher or paged.Prefetcher())((self.state[p].get("state1"), self.state[p].get("state2")))
 
     def to_gpu(self) -> None:
         """Moves the state of parameters off the CPU to their device (a state dict loaded with
@@ -222,13 +221,16 @@ class Optimizer8bit(torch.optim.Optimizer):
             self.check_overrides()
             self.to_gpu()
             self.initialized = True
+        # One budget of free device memory for the step's prefetches (bnb.optim.paged.Prefetcher).
+        prefetcher = paged.Prefetcher() if self.is_paged else None
         for gindex, group in enumerate(self.param_groups):
             for pindex, p in enumerate(group["params"]):
                 if p.grad is None:
                     continue
                 if len(self.state[p]) == 0:
                     self.init_state(group, p, gindex, pindex)
-                self.prefetch_state(p)
+                if prefetcher is not None:
+                    self.prefetch_state(p, prefetcher)
                 self.update_step(group, p, gindex, pindex)
         return loss
 

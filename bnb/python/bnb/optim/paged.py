@@ -1,17 +1,22 @@
 """Optimizer state buffers, paged or not.
 
-bitsandbytes' paged optimizers put the state of large parameters (>= 1e5 elements) in CUDA unified memory
-(cudaMallocManaged through its C library) and prefetch it to the GPU before each update, so that the driver can
-evict it to host memory when the GPU runs short. bnb has no unified-memory allocator yet (torch offers none from
-Python; it would take a C++ allocator in bnb._C), so:
-- on CUDA, paged state is ordinary device memory, and nothing is prefetched or evicted. A paged optimizer warns
-  once that this is so. Before a large state buffer is made, it is checked against the memory the device has free
-  (free in the driver plus what torch's caching allocator holds unused): a paged optimizer is chosen where memory
-  is short, and an ordinary allocation cannot spill to the host as a paged one would, so asking for more than is
-  free would fail inside step(), after torch's allocator had emptied its cache to retry, with some parameters'
-  state made and others not. The check fails first, with the sizes and the way out.
-- on the CPU and every other device, paged state is ordinary memory (there is no device memory to page out of);
-  this is not an error, and nothing is said.
+As bitsandbytes' paged optimizers do, a paged optimizer keeps the state of each large parameter (>= 1e5 elements)
+on CUDA in unified memory (cuMemAllocManaged, through bnb._C), which the driver moves between host and device memory
+page by page: state larger than the GPU has free can be allocated, and under memory pressure its pages go to host
+memory instead of the step failing. Before each update the parameter's paged state is prefetched to the GPU on the
+current stream (Prefetcher), as far as the device has memory free: a prefetch beyond what is free would only make
+the driver evict other managed pages, perhaps this step's own, to bring these in; what is not prefetched still
+moves when the update first touches it. Managed memory is freed when the last tensor on it goes, once the device is
+idle (kernels may still read it).
+
+Where the device or driver has no managed memory (or concurrent managed access), paged state falls back to
+ordinary device memory, with one warning; such a buffer cannot spill to the host, so before a large one is made it
+is checked against the memory the device has free (free in the driver plus what torch's caching allocator holds
+unused): asking for more would fail inside step(), after torch's allocator had emptied its cache to retry, with some
+parameters' state made and others not. The check fails first, with the sizes and the way out.
+
+On the CPU and every other device paged state is ordinary memory (there is no device memory to page out of); this
+is not an error, and nothing is said.
 """
 
 from __future__ import annotations
@@ -40,24 +45,95 @@ def check_fits(owner: str, nbytes: int, device: torch.device) -> None:
     available = _available_cuda_bytes(device)
     if nbytes > available:
         checks.fail(owner, f"a paged optimizer state buffer needs {_mib(nbytes)} but {device} has {_mib(available)} "
-                           f"free. bnb keeps paged state in ordinary device memory (it has no unified-memory "
-                           f"allocator yet), which cannot spill to host memory as bitsandbytes' does: use 8-bit "
-                           f"state (optim_bits=8 or a ...8bit optimizer), or free device memory",
+                           f"free. Without managed memory on this GPU bnb keeps paged state in ordinary device "
+                           f"memory, which cannot spill to host memory: use 8-bit state (optim_bits=8 or a ...8bit "
+                           f"optimizer), or free device memory",
                     torch.OutOfMemoryError)
 
 
+# Live managed allocations: start address -> (device index, bytes). The prefetch looks tensors up here by their data
+# pointer, so a copy of a paged buffer (deepcopy, torch.load) is never mistaken for managed memory.
+_live: dict[int, tuple[int, int]] = {}
+
+
+class _ManagedBuffer:
+    """One managed allocation of `nbytes` for CUDA device `index`, seen by torch through the CUDA array interface:
+    torch.as_tensor keeps this object alive while any tensor uses the memory, and its finalizer frees it."""
+
+    def __init__(self, index: int, nbytes: int):
+        from bnb import _C
+        self._free = _C.managed_free  # held: the finalizer may run while the interpreter shuts down
+        self.index = index
+        self.address = _C.managed_alloc(index, nbytes)
+        _live[self.address] = (index, nbytes)
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (self.address, False),
+                                         "version": 3, "strides": None, "stream": None}
+
+    def __del__(self):
+        _live.pop(self.address, None)
+        self._free(self.index, self.address)
+
+
+def managed_zeros(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A zeroed tensor of `shape` and `dtype` in managed memory for CUDA `device` (ValueError where there is
+    none)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    numel = 1
+    for d in shape:
+        numel *= d
+    nbytes = numel * dtype.itemsize
+    raw = torch.as_tensor(_ManagedBuffer(index, max(nbytes, 1)), device=torch.device("cuda", index))
+    return raw[:nbytes].view(dtype).view(tuple(shape)).zero_()
+
+
+_managed_unavailable: set[int] = set()  # devices where a managed allocation failed (warned once each)
+
+
 def state_buffer(owner: str, shape, dtype: torch.dtype, device: torch.device, is_paged: bool) -> torch.Tensor:
-    """A zeroed state buffer; a large paged one on CUDA is checked against free memory first (module doc)."""
+    """A zeroed state buffer; a large paged one on CUDA in managed memory, else (no managed memory) checked
+    against free device memory first (module doc)."""
     device = torch.device(device)
     if is_paged and device.type == "cuda":
         numel = 1
         for d in shape:
             numel *= d
         if numel >= PAGED_MIN_NUMEL:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            if index not in _managed_unavailable:
+                try:
+                    return managed_zeros(shape, dtype, device)
+                except (ValueError, RuntimeError, TypeError) as e:  # no managed memory, or torch took none
+                    _managed_unavailable.add(index)
+                    warnings.warn(f"bnb.optim.{owner}: no managed memory on cuda:{index} ({e}); paged state is "
+                                  f"ordinary device memory there and does not spill to host memory", stacklevel=4)
             check_fits(owner, numel * dtype.itemsize, device)
     return torch.zeros(shape, dtype=dtype, device=device)
 
 
-def warn_cuda_paging(owner: str) -> None:
-    warnings.warn(f"bnb.optim.{owner}: paged optimizer state is ordinary CUDA memory in bnb (no unified memory, "
-                  f"no prefetch); it does not spill to host memory", stacklevel=4)
+class Prefetcher:
+    """Prefetches managed state to its GPU on the current stream, within the memory each device had free when the
+    step began (module doc): one query per device and step, each buffer prefetched whole or not at all."""
+
+    def __init__(self, free_bytes=None, prefetch=None):
+        self._free: dict[int, int] = {}
+        self._free_bytes = free_bytes or (lambda index: torch.cuda.mem_get_info(index)[0])
+        self._prefetch = prefetch or _prefetch_on_current_stream
+
+    def __call__(self, tensors) -> None:
+        for t in tensors:
+            if not isinstance(t, torch.Tensor):
+                continue
+            address = t.data_ptr()
+            index, nbytes = _live.get(address, (None, 0))
+            if index is None or t.numel() * t.element_size() != nbytes:
+                continue  # not (the whole of) a managed allocation
+            if index not in self._free:
+                self._free[index] = self._free_bytes(index)
+            if nbytes <= self._free[index]:
+                self._free[index] -= nbytes
+                self._prefetch(index, address, nbytes)
+
+
+def _prefetch_on_current_stream(index: int, address: int, nbytes: int) -> None:
+    from bnb import _C
+    _C.managed_prefetch(index, address, nbytes, torch.cuda.current_stream(index).cuda_stream)
