@@ -311,5 +311,23 @@ TEST_F(FakeDeviceTest, NothingToDoLaunchesNothing) {
   EXPECT_TRUE(runtime_.launches().empty());
 }
 
+// The managed-memory seam as the fake runtime keeps it: allocations live until freed, prefetches recorded, a free of
+// what was never allocated and a device that does not exist refused.
+TEST_F(FakeDeviceTest, ManagedMemoryBookkeeping) {
+  absl::StatusOr<uintptr_t> a = runtime_.AllocManaged(0, 4096);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(runtime_.managed_allocations(), 1u);
+  int stream = 0;
+  ASSERT_TRUE(runtime_.PrefetchManaged(0, *a, 4096, &stream).ok());
+  ASSERT_EQ(runtime_.prefetches().size(), 1u);
+  EXPECT_EQ(runtime_.prefetches()[0].address, *a);
+  EXPECT_EQ(runtime_.prefetches()[0].stream, &stream);
+  EXPECT_FALSE(runtime_.FreeManaged(0, *a + 1).ok());
+  EXPECT_TRUE(runtime_.FreeManaged(0, *a).ok());
+  EXPECT_EQ(runtime_.managed_allocations(), 0u);
+  EXPECT_FALSE(runtime_.AllocManaged(5, 64).ok());
+  EXPECT_FALSE(runtime_.AllocManaged(0, 0).ok());
+}
+
 }  // namespace
 }  // namespace bnb::jit
