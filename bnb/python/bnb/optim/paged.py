@@ -71,7 +71,10 @@ class _ManagedBuffer:
 
     def __del__(self):
         _live.pop(self.address, None)
-        self._free(self.index, self.address)
+        try:
+            self._free(self.index, self.address)
+        except ValueError:  # the driver already shut down (interpreter exit): it has freed everything
+            pass
 
 
 def managed_zeros(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
