@@ -199,6 +199,8 @@ TEST(Optim8Emulated, TinyAndOddLengths) {
   for (int per : {1, 8}) {
     for (int64_t n : {1, 7, 255, 257}) Check({OptimRule::kAdam, DType::kFloat16, per, n, 0, false, 1});
   }
+  // AdEMAMix's second momentum starts n codes after the first: an odd n misaligns it alone.
+  for (int per : {4, 8}) Check({OptimRule::kAdEMAMix, DType::kFloat32, per, 1001, 0, false, 2});
 }
 
 // optimizer_update32 and optimizer_unorm32, emulated, against core::OptimizerUpdate32 (bit for bit) and

@@ -224,6 +224,8 @@ def elements_per_iteration(entry: str, args: list[str]) -> int | None:
         return max(bs // threads, 2 * vec)
     if entry == "gemv4":
         return 2 * int(args[2]) * 32  # GemvShape::U pieces of 32 weights, for each of ROWS rows
+    if entry == "optimizer_update8":
+        return int(args[3])  # PER elements of a state block a thread
     return None
 
 
