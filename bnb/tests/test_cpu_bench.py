@@ -128,16 +128,19 @@ def test_gpu_benchmarks_say_they_skip_without_a_gpu(capsys):
     import gpu_blockwise4
     import gpu_blockwise8
     import gpu_jit
+    import gpu_int8
     import gpu_optim
     gpu_blockwise8.main()
     gpu_blockwise4.main()
     gpu_jit.main()
     gpu_optim.main([])
+    gpu_int8.main()
     out = capsys.readouterr().out
     assert "no CUDA device: the GPU 8-bit benchmark is skipped" in out
     assert "no CUDA device: the GPU 4-bit benchmark is skipped" in out
     assert "no CUDA device: the GPU JIT benchmark is skipped" in out
     assert "no CUDA device: the GPU optimizer benchmark is skipped" in out
+    assert "no CUDA device: the GPU int8 benchmark is skipped" in out
 
 
 def test_thread_scaling_line_leaves_the_config_as_it_was():

@@ -89,6 +89,7 @@ if [[ $what == bench || $what == all ]]; then
   $python tools/bench/gpu_blockwise8.py || status=$?
   $python tools/bench/gpu_blockwise4.py || status=$?
   $python tools/bench/gpu_optim.py || status=$?
+  $python tools/bench/gpu_int8.py || status=$?
   $python tools/bench/gpu_jit.py || status=$?
   # 512 threads per CTA halve the elements per thread at blocksize 4096, whose 8-bit quantize is the slowest
   # NVRTC compile (178 ms against ~150 with 512 threads, on the 2-core dev VM): its bandwidth decides the default.

@@ -7,7 +7,7 @@
 #   2 build  bnb._C by tools/gpu/build.sh's build stage (-g0, all cores), the staged package                ~45 s
 #   3 smoke  tools/gpu/smoke.py: every CUDA op family against the CPU's scalar path, bit for bit            ~30 s
 #   4 bench  tools/bench/gpu_blockwise8.py, gpu_blockwise4.py (bandwidth beside a copy, gemv), gpu_optim.py,
-#            gpu_jit.py                                                                                   ~80 s
+#            gpu_int8.py, gpu_jit.py                                                                      ~95 s
 #   5 test   pytest -k cuda over the CUDA-capable test files (~75 s), then the two CUDA GoogleTests (~55 s)
 #
 #   tools/gpu/check.sh [env|build|smoke|bench|test ...]      (default: all five; a rerun on a warm machine can
@@ -144,9 +144,9 @@ if want smoke && room smoke 45; then
   stop_if_sticky "$out/3-smoke.log"
 fi
 
-if want bench && room bench 95; then
+if want bench && room bench 110; then
   stamp "4 bench"
-  for b in gpu_blockwise8 gpu_blockwise4 gpu_optim gpu_jit; do
+  for b in gpu_blockwise8 gpu_blockwise4 gpu_optim gpu_int8 gpu_jit; do
     (cd tools/bench && timeout 180 $python $b.py) >"$logs/4-$b.log" 2>&1 || { status=1; stamp "$b FAILED:"; }
     tee -a "$out/4-bench.log" <"$logs/4-$b.log"
     stop_if_sticky "$logs/4-$b.log"

@@ -1,7 +1,8 @@
 // The LLM.int8() ops on CUDA: bnb/jit's NVRTC templates (kernels/int8.cuh) for the quantize, dequantize and epilogue
-// passes, on torch's current stream; the int8 product by at::_int_mm (cuBLASLt) where its shape rules allow, else
-// exactly in float64.
+// passes, on torch's current stream; the int8 product by at::_int_mm (cuBLASLt), other shapes padded to its rules.
 #include <c10/core/DeviceGuard.h>
+
+#include <algorithm>
 
 #include "bnb/jit/int8.h"
 #include "bnb/jit/kernel_cache.h"
@@ -57,11 +58,31 @@ struct Cuda {
   static void Matmul(const char*, const at::Tensor& A, const at::Tensor& B, at::Tensor& out) {
     const c10::DeviceGuard guard(A.device());
     const int64_t M = A.size(0), K = A.size(1), N = B.size(0);
-    if (M > 16 && K % 8 == 0 && N % 8 == 0) {  // at::_int_mm's rules on CUDA
-      at::_int_mm_out(out, A.contiguous(), B.t());
-    } else {  // float64 sums of int8 products are exact at these lengths (kMaxK)
-      out.copy_(at::mm(A.to(at::kDouble), B.to(at::kDouble).t()));
+    if (M == 0 || N == 0) return;
+    if (K == 0) {
+      out.zero_();
+      return;
     }
+    // at::_int_mm's rules on CUDA: more than 16 rows, K and N multiples of 8. Other shapes are padded with zero
+    // rows and columns, which add nothing to the exact int32 sums: a decode step's single row takes one cuBLASLt
+    // product of 17 rows that reads the weight once (a float64 product, as before, converted the whole weight on
+    // every call).
+    const int64_t Mp = std::max<int64_t>(M, 17), Kp = (K + 7) / 8 * 8, Np = (N + 7) / 8 * 8;
+    if (Mp == M && Kp == K && Np == N) {
+      at::_int_mm_out(out, A.contiguous(), B.t());
+      return;
+    }
+    at::Tensor a = A, b = B;
+    if (Mp != M || Kp != K) {
+      a = at::zeros({Mp, Kp}, A.options());
+      a.narrow(0, 0, M).narrow(1, 0, K).copy_(A);
+    }
+    if (Kp != K || Np != N) {
+      b = at::zeros({Np, Kp}, B.options());
+      b.narrow(0, 0, N).narrow(1, 0, K).copy_(B);
+    }
+    const at::Tensor full = at::_int_mm(a.contiguous(), b.t());
+    out.copy_(full.narrow(0, 0, M).narrow(1, 0, N));
   }
 
   static void DequantizeProduct(const char* op, const at::Tensor& A, const at::Tensor& row_stats,

@@ -1,0 +1,82 @@
+"""GPU benchmark for LLM.int8() against issue 24's H100 goals, beside the peers in the same run:
+- the int8 product at 8192^3 (int8_linear_matmul) against torch._int_mm (goal >= 0.97x);
+- Linear8bitLt's forward, 16 x 8192 by an 8192^2 weight, thresholds 0 and 6, against float16 nn.Linear (>= 0.9x;
+  bitsandbytes: 0.23x);
+- one token through the 7 linears of a Llama-3-8B layer (q, k, v, o, gate, up, down), 32 times (224 layers), as
+  Linear8bitLt at threshold 6 against bfloat16 nn.Linear (>= 1.5x faster; bitsandbytes: 0.10x). The 7 weights are
+  reused by the 32 layers: 218 MB of int8 (436 MB of bf16), far beyond the 50 MB L2, so every layer reads its
+  weight from memory as a real model's would.
+GPU time is CUDA-event time over back-to-back calls; the input has four outlier columns (x 8).
+Run: python tools/bench/gpu_int8.py
+"""
+
+import torch
+
+import gpu_timing
+
+OUTLIER_COLUMNS = (10, 400, 2000, 3000)
+LLAMA3_8B_LAYER = ((4096, 4096), (1024, 4096), (1024, 4096), (4096, 4096), (14336, 4096), (14336, 4096),
+                   (4096, 14336))  # (N, K) of q, k, v, o, gate, up, down
+
+
+def linears(shapes, threshold, dtype):
+    """(Linear8bitLt, nn.Linear) pairs on the GPU with the same weights."""
+    import bnb
+    out = []
+    for n, k in shapes:
+        dense = torch.nn.Linear(k, n, bias=False).to("cuda", dtype)
+        layer = bnb.nn.Linear8bitLt(k, n, bias=False, has_fp16_weights=False, threshold=threshold)
+        layer.load_state_dict(dense.state_dict())
+        out.append((layer.cuda(), dense))  # .cuda() quantizes the weight
+    return out
+
+
+def activations(m, k, dtype):
+    x = torch.randn(m, k, device="cuda", dtype=dtype)
+    x[:, [c for c in OUTLIER_COLUMNS if c < k]] *= 8
+    return x
+
+
+def main(argv=None):
+    if not torch.cuda.is_available():
+        print("no CUDA device: the GPU int8 benchmark is skipped")
+        return
+    import bnb
+    print(f"bnb {bnb.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    A = torch.randint(-127, 128, (8192, 8192), device="cuda", dtype=torch.int8, generator=g)
+    B = torch.randint(-127, 128, (8192, 8192), device="cuda", dtype=torch.int8, generator=g)
+    out = torch.empty(8192, 8192, device="cuda", dtype=torch.int32)
+    ours = gpu_timing.events_us(lambda: torch.ops.bnb.int8_linear_matmul.out(A, B, out=out), 20)
+    theirs = gpu_timing.events_us(lambda: torch._int_mm(A, B.t()), 20)
+    tops = 2 * 8192**3 / 1e12
+    print(f"int8 product 8192^3: bnb {ours:.0f} us ({tops / ours * 1e6:.0f} TOP/s), torch._int_mm {theirs:.0f} us: "
+          f"{theirs / ours:.2f}x (goal >= 0.97x)")
+    del A, B, out
+
+    with torch.inference_mode():
+        x = activations(16, 8192, torch.float16)
+        rows = []
+        for threshold in (0.0, 6.0):
+            layer, dense = linears([(8192, 8192)], threshold, torch.float16)[0]
+            t = gpu_timing.events_us(lambda: layer(x), 50)
+            t16 = gpu_timing.events_us(lambda: dense(x), 50)
+            rows.append(f"threshold {threshold:g}: {t:.0f} us, fp16 nn.Linear {t16:.0f} us: {t16 / t:.2f}x")
+        print("Linear8bitLt forward 16x8192 by 8192^2: " + "; ".join(rows) + " (goal >= 0.9x)")
+
+        layer_pairs = linears(LLAMA3_8B_LAYER, 6.0, torch.bfloat16)
+        xs = [activations(1, k, torch.bfloat16) for _, k in LLAMA3_8B_LAYER]
+
+        def decode(which):
+            for _ in range(32):
+                for (layer, dense), xi in zip(layer_pairs, xs):
+                    (layer if which == 0 else dense)(xi)
+
+        t8 = gpu_timing.events_us(lambda: decode(0), 5)
+        t16 = gpu_timing.events_us(lambda: decode(1), 5)
+        print(f"one token through 224 Llama-3-8B-shaped layers: Linear8bitLt {t8 / 1e3:.2f} ms, bf16 nn.Linear "
+              f"{t16 / 1e3:.2f} ms: {t16 / t8:.2f}x (goal >= 1.5x)")
+
+
+if __name__ == "__main__":
+    main()
