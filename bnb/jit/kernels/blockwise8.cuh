@@ -328,8 +328,8 @@ __global__ void __launch_bounds__(THREADS)
     const float a = absmax[qb];
     if (vec_ok && (qb + 1) * BLOCKSIZE <= n) {
       // The thread's k-th 16-byte output vector is the block's vector k * G + gl: each store instruction of a warp
-      // writes consecutive vectors (one thread's NV vectors side by side left each store's 32 lanes 16 bytes in 32
-      // separate sectors: fp32 at blocksize 4096 ran at 39% of a copy on the H100).
+      // writes consecutive vectors (a thread's NV vectors side by side put a store's 32 lanes in 32 separate
+      // sectors; tools/bench/NOTES.md, 'H100 check').
       const unsigned char* src = codes + qb * BLOCKSIZE + gl * VEC;
       T* dst = out + qb * BLOCKSIZE + gl * VEC;
 #pragma unroll
