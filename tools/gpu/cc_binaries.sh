@@ -9,8 +9,9 @@
 # NAMEs (e.g. jit_cuda_test) build only those binaries (tools/gpu/check.sh needs the two CUDA tests, not all).
 #
 # The library is every bnb/core and bnb/jit source of tools/gpu/sources.txt (Bazel's list) plus the test-only
-# fake compiler, fake runtime, CUDA emulator (bnb/tests/cuda_emu.cc) and fuzz cases; each bnb/tests/*_test.cc, tools/bench/core_*_bench.cc and
-# tools/fuzz/core_*_fuzz.cc is one cc_test / cc_binary in its BUILD.bazel, with no sources beside it but headers.
+# fake compiler, fake runtime, CUDA emulator (bnb/tests/cuda_emu.cc) and fuzz cases; each bnb/tests/*_test.cc,
+# tools/bench/core_*_bench.cc and tools/fuzz/core_*_fuzz.cc is one cc_test / cc_binary in its BUILD.bazel, with no
+# sources beside it but headers.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 prefix=$1 gen=$2 work=$3
