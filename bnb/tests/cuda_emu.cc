@@ -1,6 +1,9 @@
 #include "bnb/tests/cuda_emu.h"
 
+#include <signal.h>
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -105,10 +108,40 @@ void RunCta(unsigned threads) {
   }
 }
 
+// A fault inside a kernel (a guard page of a GuardedBuffer, or any other stray access) names the CUDA thread before
+// the process ends, as a GPU would report an illegal address. The handler runs on a stack of its own: the fiber's
+// may be what failed.
+void OnFault(int sig) {
+  char msg[160];
+  const int n = std::snprintf(msg, sizeof(msg),
+                              "cuda_emu: signal %d in CTA (%u, %u), thread %u: an access outside the kernel's buffers "
+                              "(a GPU reports an illegal address)\n",
+                              sig, block_idx.x, block_idx.y, thread_idx.x);
+  if (n > 0) (void)!write(2, msg, static_cast<size_t>(n));
+  _exit(128 + sig);
+}
+
+void InstallFaultHandler() {
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
+  static std::vector<char> alt(64 * 1024);
+  stack_t ss{};
+  ss.ss_sp = alt.data();
+  ss.ss_size = alt.size();
+  sigaltstack(&ss, nullptr);
+  struct sigaction sa {};
+  sa.sa_handler = OnFault;
+  sa.sa_flags = SA_ONSTACK;
+  sigaction(SIGSEGV, &sa, nullptr);
+  sigaction(SIGBUS, &sa, nullptr);
+}
+
 }  // namespace
 
 void RunGrid(Dim3 grid, unsigned threads, const std::function<void()>& body) {
   if (threads == 0 || threads % 32 != 0 || threads > 1024) Fail("threads per CTA must be a multiple of 32 to 1024");
+  InstallFaultHandler();
   grid_dim = Dim3{grid.x, grid.y == 0 ? 1 : grid.y, 1};
   block_dim = Dim3{threads, 1, 1};
   cta.body = &body;
@@ -141,6 +174,19 @@ uint64_t ShuffleXor(uint64_t bits, int lane_mask) {
   Yield(State::kAtWarpBarrier);
   return r;
 }
+
+GuardedBuffer::GuardedBuffer(size_t bytes, size_t misalign) : bytes_(bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t span = (bytes + misalign + 15) / 16 * 16;  // from a 16-byte boundary to the end, rounded up
+  map_bytes_ = (span + page - 1) / page * page + page;     // and one inaccessible page after it
+  map_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map_ == MAP_FAILED) Fail("mmap of a guarded buffer failed");
+  auto* guard = static_cast<unsigned char*>(map_) + map_bytes_ - page;
+  if (mprotect(guard, page, PROT_NONE) != 0) Fail("mprotect of a guard page failed");
+  data_ = guard - span + misalign;
+}
+
+GuardedBuffer::~GuardedBuffer() { munmap(map_, map_bytes_); }
 
 void CheckAligned(const void* p, unsigned bytes, const char* what) {
   if (reinterpret_cast<uintptr_t>(p) % bytes != 0) {

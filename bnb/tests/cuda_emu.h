@@ -50,6 +50,25 @@ void Launch(unsigned ctas, unsigned threads, Kernel kernel, Args... args) {
   Launch(Dim3{ctas, 1, 1}, threads, kernel, args...);
 }
 
+// Device memory stand-in for the emulated kernels: `bytes` starting `misalign` bytes past a 16-byte boundary and
+// ending within 15 bytes of an inaccessible page, so a kernel that reads or writes past the end (a 16-byte vector
+// beyond the last, or any access reaching the next page) faults as it would on a GPU. Zero-filled.
+class GuardedBuffer {
+ public:
+  explicit GuardedBuffer(size_t bytes, size_t misalign = 0);
+  ~GuardedBuffer();
+  GuardedBuffer(const GuardedBuffer&) = delete;
+  GuardedBuffer& operator=(const GuardedBuffer&) = delete;
+  unsigned char* data() { return data_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  unsigned char* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 void SyncThreads();
 int SyncThreadsAnd(int predicate);
 // The lane `lane_mask` away (xor) in the caller's warp: its `bits` as it passed them.

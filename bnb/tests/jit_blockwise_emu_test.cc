@@ -26,19 +26,10 @@ namespace {
 
 using core::DType;
 
-// Bytes `offset` past a 64-byte boundary, so a kernel sees them at that alignment.
-class Buffer {
- public:
-  Buffer(int64_t size, int64_t offset) : bytes_(size + offset + 64) {
-    while (reinterpret_cast<uintptr_t>(bytes_.data() + base_) % 64 != 0) ++base_;
-    base_ += offset;
-  }
-  unsigned char* data() { return bytes_.data() + base_; }
+using Buffer = emu::GuardedBuffer;  // the kernels' buffers, a guard page after each (cuda_emu.h)
 
- private:
-  std::vector<unsigned char> bytes_;
-  int64_t base_ = 0;
-};
+// The absmax floats of `blocks` blocks in a guarded buffer.
+float* Floats(Buffer& b) { return reinterpret_cast<float*>(b.data()); }
 
 template <class T>
 constexpr DType DTypeOf() {
@@ -89,18 +80,20 @@ void Check8(int64_t n, int64_t misalign, unsigned ctas) {
   Prepare(code, &prep);
   Buffer x(n * size, misalign * size), codes(n, misalign), codes_cpu(n, 0);
   Fill(dtype, n, kBlock, static_cast<unsigned>(n + kBlock), x.data());
-  std::vector<float> absmax(blocks), absmax_cpu(blocks);
+  Buffer absmax_bytes(blocks * 4);
+  float* absmax = Floats(absmax_bytes);
+  std::vector<float> absmax_cpu(blocks);
   const core::Blockwise8Range range{n, kBlock, 0, blocks};
 
   core::QuantizeBlockwise8(dtype, x.data(), cb, range, codes_cpu.data(), absmax_cpu.data());
   emu::Launch(ctas, kThreads, quantize_blockwise8<T, kBlock, kThreads>, reinterpret_cast<const T*>(x.data()), &prep,
-              codes.data(), absmax.data(), static_cast<long long>(n));
+              codes.data(), absmax, static_cast<long long>(n));
   EXPECT_EQ(FirstDiff(codes.data(), codes_cpu.data(), n), -1) << "codes";
-  EXPECT_EQ(FirstDiff(absmax.data(), absmax_cpu.data(), blocks * 4), -1) << "absmax";
+  EXPECT_EQ(FirstDiff(absmax, absmax_cpu.data(), blocks * 4), -1) << "absmax";
 
   Buffer out(n * size, misalign * size), out_cpu(n * size, 0);
   core::DequantizeBlockwise8(dtype, codes_cpu.data(), absmax_cpu.data(), cb, range, out_cpu.data());
-  emu::Launch(ctas, kThreads, dequantize_blockwise8<T, kBlock, kThreads>, codes.data(), code.data(), absmax.data(),
+  emu::Launch(ctas, kThreads, dequantize_blockwise8<T, kBlock, kThreads>, codes.data(), code.data(), absmax,
               reinterpret_cast<T*>(out.data()), static_cast<long long>(n));
   EXPECT_EQ(FirstDiff(out.data(), out_cpu.data(), n * size), -1) << "dequantized";
 }
@@ -113,21 +106,23 @@ void Check4(core::Quant4 q, int64_t n, int64_t misalign, unsigned ctas) {
   const int64_t size = core::DTypeSize(dtype), blocks = (n + kBlock - 1) / kBlock, bytes = core::PackedSize4(n);
   Buffer x(n * size, misalign * size), packed(bytes, misalign), packed_cpu(bytes, 0);
   Fill(dtype, n, kBlock, static_cast<unsigned>(3 * n + kBlock), x.data());
-  std::vector<float> absmax(blocks), absmax_cpu(blocks);
+  Buffer absmax_bytes(blocks * 4);
+  float* absmax = Floats(absmax_bytes);
+  std::vector<float> absmax_cpu(blocks);
   const core::Blockwise4Range range{n, kBlock, 0, blocks};
 
   core::QuantizeBlockwise4(dtype, x.data(), q, range, packed_cpu.data(), absmax_cpu.data());
   const auto quantize = q == core::Quant4::kNF4 ? quantize_blockwise4<T, kBlock, kThreads, cb4::kNF4>
                                                 : quantize_blockwise4<T, kBlock, kThreads, cb4::kFP4>;
-  emu::Launch(ctas, kThreads, quantize, reinterpret_cast<const T*>(x.data()), packed.data(), absmax.data(),
+  emu::Launch(ctas, kThreads, quantize, reinterpret_cast<const T*>(x.data()), packed.data(), absmax,
               static_cast<long long>(n));
   EXPECT_EQ(FirstDiff(packed.data(), packed_cpu.data(), bytes), -1) << "packed codes";
-  EXPECT_EQ(FirstDiff(absmax.data(), absmax_cpu.data(), blocks * 4), -1) << "absmax";
+  EXPECT_EQ(FirstDiff(absmax, absmax_cpu.data(), blocks * 4), -1) << "absmax";
 
   const float* code16 = core::Code4(q).data();
   Buffer out(n * size, misalign * size), out_cpu(n * size, 0);
   core::DequantizeBlockwise4(dtype, packed_cpu.data(), absmax_cpu.data(), code16, range, out_cpu.data());
-  emu::Launch(ctas, kThreads, dequantize_blockwise4<T, kBlock, kThreads>, packed.data(), code16, absmax.data(),
+  emu::Launch(ctas, kThreads, dequantize_blockwise4<T, kBlock, kThreads>, packed.data(), code16, absmax,
               reinterpret_cast<T*>(out.data()), static_cast<long long>(n));
   EXPECT_EQ(FirstDiff(out.data(), out_cpu.data(), n * size), -1) << "dequantized";
 }
@@ -145,15 +140,17 @@ void CheckGemv(int64_t N, int64_t K, int64_t blocksize, int64_t b_misalign) {
   Buffer A(K * size, 0), B(bytes, b_misalign), out(N * size, 0), out_cpu(N * size, 0);
   for (int64_t k = 0; k < K; ++k) core::StoreFromFloat(dtype, A.data(), k, static_cast<float>(rng() % 9) - 4.0f);
   for (int64_t i = 0; i < bytes; ++i) B.data()[i] = static_cast<unsigned char>(rng());
-  std::vector<float> absmax(blocks), code16(16);
-  for (float& a : absmax) a = static_cast<float>(1 + rng() % 3);
+  Buffer absmax_bytes(blocks * 4);
+  float* absmax = Floats(absmax_bytes);
+  std::vector<float> code16(16);
+  for (int64_t b = 0; b < blocks; ++b) absmax[b] = static_cast<float>(1 + rng() % 3);
   for (int c = 0; c < 16; ++c) code16[c] = static_cast<float>(c - 8);
-  core::Gemv4Scalar(dtype, A.data(), B.data(), absmax.data(), code16.data(), N, K, blocksize, out_cpu.data(), 0, N);
+  core::Gemv4Scalar(dtype, A.data(), B.data(), absmax, code16.data(), N, K, blocksize, out_cpu.data(), 0, N);
   int lg = 0;
   while ((int64_t{1} << lg) < blocksize) ++lg;
   const unsigned ctas = static_cast<unsigned>((N + kThreads / 32 * kRows - 1) / (kThreads / 32 * kRows));
   emu::Launch(ctas, kThreads, gemv4<T, kThreads, kRows>, reinterpret_cast<const T*>(A.data()), B.data(),
-              absmax.data(), code16.data(), reinterpret_cast<T*>(out.data()), static_cast<long long>(N),
+              absmax, code16.data(), reinterpret_cast<T*>(out.data()), static_cast<long long>(N),
               static_cast<long long>(K), lg);
   EXPECT_EQ(FirstDiff(out.data(), out_cpu.data(), N * size), -1) << "out";
 }

@@ -7,6 +7,7 @@
 #include "bnb/jit/int8_host.h"
 
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -27,9 +28,22 @@ constexpr DType DTypeOf() {
   return DType::kBFloat16;
 }
 
-template <class A, class B>
-bool SameBytes(const std::vector<A>& a, const std::vector<B>& b) {
-  return a.size() * sizeof(A) == b.size() * sizeof(B) && std::memcmp(a.data(), b.data(), a.size() * sizeof(A)) == 0;
+// A kernel's buffer: `v`'s bytes in a guarded buffer (cuda_emu.h: a fault past its end), viewed as E by As and
+// compared with the CPU's result by Same.
+using Dev = std::unique_ptr<emu::GuardedBuffer>;
+template <class E>
+Dev OnDevice(const std::vector<E>& v) {
+  auto b = std::make_unique<emu::GuardedBuffer>(v.size() * sizeof(E));
+  if (!v.empty()) std::memcpy(b->data(), v.data(), v.size() * sizeof(E));
+  return b;
+}
+template <class E>
+E* As(const Dev& b) {
+  return reinterpret_cast<E*>(b->data());
+}
+template <class E>
+bool Same(const Dev& b, const std::vector<E>& want) {
+  return b->size() == want.size() * sizeof(E) && std::memcmp(b->data(), want.data(), b->size()) == 0;
 }
 
 // rows x K values of dtype: normal * 3 (|x| >= 6 now and then), row 1 zero, row 2 a lone outlier, row 3 a NaN, row
@@ -56,43 +70,47 @@ void CheckQuantize(int64_t rows, int64_t K, float threshold) {
   constexpr DType dtype = DTypeOf<T>();
   SCOPED_TRACE(absl::StrCat(core::DTypeName(dtype), " ", rows, "x", K, " threshold ", threshold));
   const std::vector<unsigned char> x = Input(dtype, rows, K, static_cast<unsigned>(rows * K));
-  const T* xt = reinterpret_cast<const T*>(x.data());
+  const Dev dx = OnDevice(x);
+  const T* xt = As<const T>(dx);
 
   // Rows: codes, stats, outlier flags.
-  std::vector<int8_t> codes(rows * K), codes_cpu(rows * K);
-  std::vector<float> stats(rows), stats_cpu(rows);
-  std::vector<uint8_t> flags(K, 0), flags_cpu(K, 0);
+  std::vector<int8_t> codes_cpu(rows * K);
+  std::vector<float> stats_cpu(rows);
+  std::vector<uint8_t> flags_cpu(K, 0);
+  const Dev codes = OnDevice(codes_cpu), stats = OnDevice(stats_cpu), flags = OnDevice(flags_cpu);
   core::Int8QuantizeRows(dtype, x.data(), K, threshold, 0, rows, codes_cpu.data(), stats_cpu.data());
   if (threshold > 0.0f) core::Int8OutlierColumns(dtype, x.data(), K, threshold, 0, rows, flags_cpu.data());
   emu::Launch(3u, 256, int8_quantize_rows<T, 256>, xt, static_cast<long long>(rows), static_cast<long long>(K),
-              threshold, reinterpret_cast<signed char*>(codes.data()), stats.data(), flags.data());
-  EXPECT_TRUE(SameBytes(codes, codes_cpu)) << "row codes";
-  EXPECT_TRUE(SameBytes(stats, stats_cpu)) << "row stats";
-  EXPECT_TRUE(SameBytes(flags, flags_cpu)) << "outlier flags";
+              threshold, As<signed char>(codes), As<float>(stats), As<unsigned char>(flags));
+  EXPECT_TRUE(Same(codes, codes_cpu)) << "row codes";
+  EXPECT_TRUE(Same(stats, stats_cpu)) << "row stats";
+  EXPECT_TRUE(Same(flags, flags_cpu)) << "outlier flags";
 
   // Columns: absmax over chunks of rows (a 2-D grid, merged by atomicMax), then the codes.
-  std::vector<float> col(K, 0.0f), col_cpu(K, 0.0f);
+  std::vector<float> col_cpu(K, 0.0f);
+  const Dev col = OnDevice(col_cpu);
   core::Int8ColumnAbsmax(dtype, x.data(), K, threshold, 0, rows, col_cpu.data());
   const long long rows_per_cta = 3;
   const unsigned threads = 64;
   emu::Launch(emu::Dim3{static_cast<unsigned>((K + threads - 1) / threads),
                         static_cast<unsigned>((rows + rows_per_cta - 1) / rows_per_cta), 1},
               threads, int8_column_absmax<T, 64>, xt, static_cast<long long>(rows), static_cast<long long>(K),
-              threshold, rows_per_cta, reinterpret_cast<unsigned int*>(col.data()));
-  EXPECT_TRUE(SameBytes(col, col_cpu)) << "column absmax";
-  std::vector<int8_t> ccodes(rows * K), ccodes_cpu(rows * K);
+              threshold, rows_per_cta, As<unsigned int>(col));
+  EXPECT_TRUE(Same(col, col_cpu)) << "column absmax";
+  std::vector<int8_t> ccodes_cpu(rows * K);
+  const Dev ccodes = OnDevice(ccodes_cpu);
   core::Int8QuantizeColumns(dtype, x.data(), K, threshold, col_cpu.data(), 0, rows, ccodes_cpu.data());
   emu::Launch(2u, 64, int8_quantize_columns<T, 64>, xt, static_cast<long long>(rows * K), static_cast<long long>(K),
-              threshold, static_cast<const float*>(col.data()), reinterpret_cast<signed char*>(ccodes.data()));
-  EXPECT_TRUE(SameBytes(ccodes, ccodes_cpu)) << "column codes";
+              threshold, As<const float>(col), As<signed char>(ccodes));
+  EXPECT_TRUE(Same(ccodes, ccodes_cpu)) << "column codes";
 
   // Rows back to float32.
-  std::vector<float> back(rows * K), back_cpu(rows * K);
+  std::vector<float> back_cpu(rows * K);
+  const Dev back = OnDevice(back_cpu);
   core::Int8DequantizeRows(codes_cpu.data(), stats_cpu.data(), K, 0, rows, back_cpu.data());
-  emu::Launch(2u, 128, int8_dequantize_rows<128>, reinterpret_cast<const signed char*>(codes.data()),
-              static_cast<const float*>(stats.data()), static_cast<long long>(rows * K), static_cast<long long>(K),
-              back.data());
-  EXPECT_TRUE(SameBytes(back, back_cpu)) << "dequantized rows";
+  emu::Launch(2u, 128, int8_dequantize_rows<128>, As<const signed char>(codes), As<const float>(stats),
+              static_cast<long long>(rows * K), static_cast<long long>(K), As<float>(back));
+  EXPECT_TRUE(Same(back, back_cpu)) << "dequantized rows";
 }
 
 template <class T, class B>
@@ -109,13 +127,14 @@ void CheckEpilogue(int64_t rows, int64_t N, bool with_bias) {
   cs[1] = INFINITY;
   std::vector<unsigned char> bias(N * core::DTypeSize(bias_dtype));
   for (int64_t i = 0; i < N; ++i) core::StoreFromFloat(bias_dtype, bias.data(), i, static_cast<float>(rng() % 100) / 7);
-  const void* b = with_bias ? bias.data() : nullptr;
-  std::vector<unsigned char> out(rows * N * core::DTypeSize(dtype)), out_cpu(out.size());
-  core::Int8DequantizeProduct(A.data(), rs.data(), cs.data(), bias_dtype, b, N, 0, rows, dtype, out_cpu.data());
-  emu::Launch(2u, 64, int8_dequantize_product<T, B, 64>, static_cast<const int*>(A.data()),
-              static_cast<const float*>(rs.data()), static_cast<const float*>(cs.data()), static_cast<const B*>(b),
-              static_cast<long long>(rows * N), static_cast<long long>(N), reinterpret_cast<T*>(out.data()));
-  EXPECT_TRUE(SameBytes(out, out_cpu)) << "dequantized product";
+  std::vector<unsigned char> out_cpu(rows * N * core::DTypeSize(dtype));
+  const Dev dA = OnDevice(A), drs = OnDevice(rs), dcs = OnDevice(cs), dbias = OnDevice(bias), out = OnDevice(out_cpu);
+  core::Int8DequantizeProduct(A.data(), rs.data(), cs.data(), bias_dtype, with_bias ? bias.data() : nullptr, N, 0,
+                              rows, dtype, out_cpu.data());
+  emu::Launch(2u, 64, int8_dequantize_product<T, B, 64>, As<const int>(dA), As<const float>(drs),
+              As<const float>(dcs), with_bias ? As<const B>(dbias) : nullptr, static_cast<long long>(rows * N),
+              static_cast<long long>(N), As<T>(out));
+  EXPECT_TRUE(Same(out, out_cpu)) << "dequantized product";
 }
 
 TEST(Int8Emulated, QuantizePassesEqualTheCpu) {

@@ -29,24 +29,12 @@ using core::OptimRule;
 
 constexpr int64_t kBs = core::kOptimizerBlocksize;
 
-// Bytes at `offset` into a buffer of their own (the rest zero), so a kernel sees them at that misalignment.
-struct Buffer {
-  std::vector<unsigned char> bytes;
-  int64_t offset = 0;
-  Buffer(int64_t size, int64_t off) : bytes(size + off + 64), offset(off) {
-    // 64-byte aligned base: vector paths depend on the address, not on where the allocator put it.
-    while (reinterpret_cast<uintptr_t>(bytes.data() + base) % 64 != 0) ++base;
-  }
-  unsigned char* data() { return bytes.data() + base + offset; }
-  int64_t base = 0;
-};
-
 struct Case {
   OptimRule rule;
   DType dtype;
   int per;
   int64_t n;
-  int64_t misalign;  // elements (p, g) and bytes (codes) past a 64-byte boundary, for those `misaligned` names
+  int64_t misalign;  // elements (p, g) and bytes (codes) past a 16-byte boundary, for those `misaligned` names
   bool skip_zeros;
   unsigned ctas;
   const char* misaligned = "gpq";  // g, p, the codes (q)
@@ -117,8 +105,8 @@ void Check(const Case& c) {
   std::mt19937 rng(static_cast<unsigned>(n * 31 + c.per));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const auto off = [&](char which) { return std::strchr(c.misaligned, which) != nullptr ? c.misalign : 0; };
-  Buffer g(n * size, off('g') * size), p(n * size, off('p') * size);
-  Buffer q1(2 * n, off('q')), q2(n, off('q'));
+  emu::GuardedBuffer g(n * size, off('g') * size), p(n * size, off('p') * size);
+  emu::GuardedBuffer q1(2 * n, off('q')), q2(n, off('q'));
   for (int64_t i = 0; i < n; ++i) {
     core::StoreFromFloat(c.dtype, p.data(), i, normal(rng));
     core::StoreFromFloat(c.dtype, g.data(), i, i % 7 == 3 ? 0.0f : 0.5f * normal(rng));  // zeros for skip_zeros
