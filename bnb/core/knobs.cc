@@ -73,7 +73,7 @@ const std::vector<KnobSpec>& AllKnobs() {
        "each value compiles its own kernels; the same results whatever the value",
        [](const KnobValue& v) {
          const int64_t k = std::get<int64_t>(v);
-         return k == 1 || k == 2 || k == 4 || k == 8
+         return IsOptim8PerThread(k)
                     ? absl::OkStatus()
                     : absl::InvalidArgumentError(
                           absl::StrCat("cuda.optim8_per_thread: expected 1, 2, 4 or 8, got ", k));

@@ -41,6 +41,8 @@ inline constexpr int kCudaThreadsPerBlockDefault = 256;
 // cuda.optim8_per_thread's default: the elements of a state block each thread of the CUDA 8-bit optimizer update
 // takes (kernels/optim.cuh).
 inline constexpr int kCudaOptim8PerThreadDefault = 1;
+// Its allowed values (the kernel's PER): 1, 2, 4 or 8.
+inline constexpr bool IsOptim8PerThread(int64_t k) { return k == 1 || k == 2 || k == 4 || k == 8; }
 
 // Whether a broken setting of the knob (a bad value in a file or the environment) fails what reads it: the cpu
 // knobs', as CPU work must not run otherwise than configured. Every other knob serves the kernel cache or CUDA,

@@ -83,7 +83,7 @@ absl::StatusOr<KernelSpec> OptimSpec(const std::string& entry, core::OptimRule r
                                      const std::string& arch, int per_thread) {
   if (entry == kUpdate8) {
     threads = kUpdate8Threads;
-    if (per_thread != 1 && per_thread != 2 && per_thread != 4 && per_thread != 8) {
+    if (!core::IsOptim8PerThread(per_thread)) {
       return absl::InvalidArgumentError(
           absl::StrCat("optim: optimizer_update8 takes 1, 2, 4 or 8 elements a thread, got ", per_thread));
     }

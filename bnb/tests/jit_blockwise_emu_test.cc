@@ -7,6 +7,7 @@
 // The kernels as host C++ (after the emulator, which defines what they need).
 #include "bnb/jit/blockwise4_host.h"
 #include "bnb/jit/blockwise8_host.h"
+#include "bnb/tests/cuda_emu_checks.h"
 
 #include <cstring>
 #include <random>
@@ -25,18 +26,13 @@ namespace bnb {
 namespace {
 
 using core::DType;
+using emu::DTypeOf;
+using emu::FirstDiff;
 
 using Buffer = emu::GuardedBuffer;  // the kernels' buffers, a guard page after each (cuda_emu.h)
 
 // The absmax floats of `blocks` blocks in a guarded buffer.
 float* Floats(Buffer& b) { return reinterpret_cast<float*>(b.data()); }
-
-template <class T>
-constexpr DType DTypeOf() {
-  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
-  if constexpr (std::is_same_v<T, half>) return DType::kFloat16;
-  return DType::kBFloat16;
-}
 
 // n values of `dtype`: normal * 3, then a zero block, NaN, +-inf, subnormals and huge values where n allows.
 void Fill(DType dtype, int64_t n, int64_t blocksize, unsigned seed, void* x) {
@@ -54,14 +50,6 @@ void Fill(DType dtype, int64_t n, int64_t blocksize, unsigned seed, void* x) {
   set(5 * blocksize + 7, 3e38f);
 }
 
-int64_t FirstDiff(const void* a, const void* b, int64_t bytes) {
-  const auto* x = static_cast<const unsigned char*>(a);
-  const auto* y = static_cast<const unsigned char*>(b);
-  for (int64_t i = 0; i < bytes; ++i) {
-    if (x[i] != y[i]) return i;
-  }
-  return -1;
-}
 
 // prepare_codebook8 run as the GPU runs it (one CTA of 256).
 void Prepare(const std::vector<float>& code, bw8::Prepared* out) {

@@ -5,6 +5,7 @@
 #include "bnb/tests/cuda_emu.h"
 // The kernels as host C++ (after the emulator, which defines what they need).
 #include "bnb/jit/int8_host.h"
+#include "bnb/tests/cuda_emu_checks.h"
 
 #include <cstring>
 #include <memory>
@@ -20,13 +21,8 @@ namespace bnb {
 namespace {
 
 using core::DType;
+using emu::DTypeOf;
 
-template <class T>
-constexpr DType DTypeOf() {
-  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
-  if constexpr (std::is_same_v<T, half>) return DType::kFloat16;
-  return DType::kBFloat16;
-}
 
 // A kernel's buffer: `v`'s bytes in a guarded buffer (cuda_emu.h: a fault past its end), viewed as E by As and
 // compared with the CPU's result by Same.

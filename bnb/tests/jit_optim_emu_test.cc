@@ -6,6 +6,7 @@
 #include "bnb/tests/cuda_emu.h"
 // The kernels as host C++ (after the emulator, which defines what they need).
 #include "bnb/jit/optim_host.h"
+#include "bnb/tests/cuda_emu_checks.h"
 
 #include <cmath>
 #include <cstring>
@@ -145,17 +146,11 @@ void Check(const Case& c) {
     case DType::kBFloat16: ByRule<bf16>(c.rule, c.per, args); break;
   }
 
-  const auto first_diff = [](const unsigned char* a, const unsigned char* b, int64_t bytes) {
-    for (int64_t i = 0; i < bytes; ++i) {
-      if (a[i] != b[i]) return i;
-    }
-    return int64_t{-1};
-  };
-  EXPECT_EQ(first_diff(p.data(), p_cpu.data(), n * size), -1) << "p (byte)";
-  EXPECT_EQ(first_diff(q1.data(), q1_cpu.data(), mix ? 2 * n : n), -1) << "state1 codes";
+  EXPECT_EQ(emu::FirstDiff(p.data(), p_cpu.data(), n * size), -1) << "p (byte)";
+  EXPECT_EQ(emu::FirstDiff(q1.data(), q1_cpu.data(), mix ? 2 * n : n), -1) << "state1 codes";
   EXPECT_EQ(std::memcmp(am1.data(), am1_cpu.data(), (mix ? 2 : 1) * blocks * 4), 0) << "state1 absmax";
   if (two) {
-    EXPECT_EQ(first_diff(q2.data(), q2_cpu.data(), n), -1) << "state2 codes";
+    EXPECT_EQ(emu::FirstDiff(q2.data(), q2_cpu.data(), n), -1) << "state2 codes";
     EXPECT_EQ(std::memcmp(am2.data(), am2_cpu.data(), blocks * 4), 0) << "state2 absmax";
   }
 }
@@ -195,8 +190,7 @@ TEST(Optim8Emulated, TinyAndOddLengths) {
 // core::OptimizerUnorm32 (the same float64 sum in another order), with and without a trust ratio.
 template <class T, int kRule>
 void Check32(OptimRule rule, bool clipped) {
-  constexpr DType dtype = std::is_same_v<T, float> ? DType::kFloat32
-                          : std::is_same_v<T, half> ? DType::kFloat16 : DType::kBFloat16;
+  constexpr DType dtype = emu::DTypeOf<T>();
   SCOPED_TRACE(absl::StrCat("32-bit rule ", kRule, " ", core::DTypeName(dtype), clipped ? " clipped" : ""));
   const bool two = rule == OptimRule::kAdam || rule == OptimRule::kAdEMAMix, mix = rule == OptimRule::kAdEMAMix;
   const int64_t n = 1000, size = core::DTypeSize(dtype);

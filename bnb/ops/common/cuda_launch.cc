@@ -16,16 +16,18 @@ void ThrowIfLaunchFailed(const char* op, const absl::Status& st) {
   TORCH_CHECK(st.ok(), "bnb::", op, " (CUDA): ", std::string(st.message()));
 }
 
-int CudaThreadsPerBlock(const char* op) {
-  absl::StatusOr<int64_t> threads = bnb::core::Config::Global().GetInt("cuda.threads_per_block");
-  ThrowIfError(op, threads.status());
-  return static_cast<int>(*threads);
+namespace {
+
+int IntKnob(const char* op, const char* name) {
+  absl::StatusOr<int64_t> v = bnb::core::Config::Global().GetInt(name);
+  ThrowIfError(op, v.status());
+  return static_cast<int>(*v);
 }
 
-int CudaOptim8PerThread(const char* op) {
-  absl::StatusOr<int64_t> per = bnb::core::Config::Global().GetInt("cuda.optim8_per_thread");
-  ThrowIfError(op, per.status());
-  return static_cast<int>(*per);
-}
+}  // namespace
+
+int CudaThreadsPerBlock(const char* op) { return IntKnob(op, "cuda.threads_per_block"); }
+
+int CudaOptim8PerThread(const char* op) { return IntKnob(op, "cuda.optim8_per_thread"); }
 
 }  // namespace bnb::ops

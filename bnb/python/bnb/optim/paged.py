@@ -21,6 +21,7 @@ is not an error, and nothing is said.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -77,14 +78,10 @@ class _ManagedBuffer:
             pass
 
 
-def managed_zeros(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A zeroed tensor of `shape` and `dtype` in managed memory for CUDA `device` (ValueError where there is
+def managed_zeros(shape, dtype: torch.dtype, index: int) -> torch.Tensor:
+    """A zeroed tensor of `shape` and `dtype` in managed memory for CUDA device `index` (ValueError where there is
     none)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    numel = 1
-    for d in shape:
-        numel *= d
-    nbytes = numel * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     raw = torch.as_tensor(_ManagedBuffer(index, max(nbytes, 1)), device=torch.device("cuda", index))
     return raw[:nbytes].view(dtype).view(tuple(shape)).zero_()
 
@@ -97,14 +94,12 @@ def state_buffer(owner: str, shape, dtype: torch.dtype, device: torch.device, is
     against free device memory first (module doc)."""
     device = torch.device(device)
     if is_paged and device.type == "cuda":
-        numel = 1
-        for d in shape:
-            numel *= d
+        numel = math.prod(shape)
         if numel >= PAGED_MIN_NUMEL:
             index = device.index if device.index is not None else torch.cuda.current_device()
             if index not in _managed_unavailable:
                 try:
-                    return managed_zeros(shape, dtype, device)
+                    return managed_zeros(shape, dtype, index)
                 except (ValueError, RuntimeError, TypeError) as e:  # no managed memory, or torch took none
                     _managed_unavailable.add(index)
                     warnings.warn(f"bnb.optim.{owner}: no managed memory on cuda:{index} ({e}); paged state is "
