@@ -21,5 +21,8 @@ echo
 echo "4-bit core kernels, one thread (bazel run -c opt //tools/bench:core_blockwise4_bench):"
 bazel run -c opt --noshow_progress //tools/bench:core_blockwise4_bench 2>/dev/null
 echo
+echo "8-bit optimizer step and its stages, one thread (bazel run -c opt //tools/bench:core_optim_bench):"
+bazel run -c opt --noshow_progress //tools/bench:core_optim_bench 2>/dev/null
+echo
 echo "dot-product ceiling, one thread (bazel run -c opt //tools/bench:core_dot_peak):"
 bazel run -c opt --noshow_progress //tools/bench:core_dot_peak 2>/dev/null
