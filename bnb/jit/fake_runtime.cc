@@ -41,10 +41,11 @@ absl::Status FakeRuntime::FreeManaged(int device, uintptr_t address) {
   return absl::InvalidArgumentError(absl::StrCat("fake runtime: ", address, " is no managed allocation"));
 }
 
-absl::Status FakeRuntime::PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream) {
+absl::Status FakeRuntime::PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream,
+                                          bool to_host) {
   if (absl::Status st = CheckDevice(device); !st.ok()) return st;
   std::lock_guard<std::mutex> lock(mu_);
-  prefetches_.push_back({address, bytes, device, stream});
+  prefetches_.push_back({address, bytes, device, stream, to_host});
   return absl::OkStatus();
 }
 

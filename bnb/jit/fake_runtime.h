@@ -52,12 +52,14 @@ class FakeRuntime : public Runtime {
   // Managed memory as host memory; prefetches recorded (address, bytes, device, stream), frees checked.
   absl::StatusOr<uintptr_t> AllocManaged(int device, size_t bytes) override;
   absl::Status FreeManaged(int device, uintptr_t address) override;
-  absl::Status PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream) override;
+  absl::Status PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream,
+                               bool to_host) override;
   struct Prefetched {
     uintptr_t address;
     size_t bytes;
     int device;
     void* stream;
+    bool to_host;
   };
   std::vector<Prefetched> prefetches();
   size_t managed_allocations();  // live ones

@@ -78,9 +78,10 @@ class Runtime {
   virtual absl::StatusOr<uintptr_t> AllocManaged(int device, size_t bytes) = 0;
   // Frees an AllocManaged allocation once `device` has finished all its work (kernels may still be reading it).
   virtual absl::Status FreeManaged(int device, uintptr_t address) = 0;
-  // Starts moving [address, address + bytes) of managed memory to `device`, ordered on `stream`; OK and nothing
-  // done where the driver cannot prefetch (the pages then move when first touched).
-  virtual absl::Status PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream) = 0;
+  // Starts moving [address, address + bytes) of managed memory to `device` (to host memory where `to_host`),
+  // ordered on `stream`, one of `device`'s; OK and nothing done where the driver cannot prefetch (the pages then
+  // move when first touched).
+  virtual absl::Status PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream, bool to_host) = 0;
 };
 
 // runtime.LoadModule(binary.image) then GetFunction(binary.lowered_name), unloading the module when that fails.

@@ -185,11 +185,12 @@ PYBIND11_MODULE(_C, m) {
     }
     Raise(st);
   }, py::arg("device"), py::arg("address"), "Frees a managed_alloc allocation once the device is idle.");
-  m.def("managed_prefetch", [](int device, uintptr_t address, size_t bytes, uintptr_t stream) {
+  m.def("managed_prefetch", [](int device, uintptr_t address, size_t bytes, uintptr_t stream, bool to_host) {
     Raise(bnb::jit::KernelCache::Global().runtime().PrefetchManaged(device, address, bytes,
-                                                                       reinterpret_cast<void*>(stream)));
-  }, py::arg("device"), py::arg("address"), py::arg("bytes"), py::arg("stream"),
-     "Starts moving managed memory to GPU `device`, ordered on `stream` (a CUstream handle as an integer).");
+                                                                       reinterpret_cast<void*>(stream), to_host));
+  }, py::arg("device"), py::arg("address"), py::arg("bytes"), py::arg("stream"), py::arg("to_host") = false,
+     "Starts moving managed memory to GPU `device` (to host memory where `to_host`), ordered on `stream` (one of "
+     "`device`'s, a CUstream handle as an integer).");
   m.def("set_fallback_nvrtc_path", &bnb::jit::cuda::SetFallbackNvrtcPath,
         "Where to look for NVRTC when the cuda.nvrtc_path knob is empty (the nvidia-cuda-nvrtc wheel's copy).");
   m.def("cache_warm", [](const std::string& arch, py::object progress) {

@@ -214,8 +214,8 @@ TEST_F(CudaTest, NonFiniteCodebookGivesNanAbsmaxDeterministically) {
   }
 }
 
-// Managed memory for paged optimizer state: allocated, written by the host, prefetched to the device on the default
-// stream, copied back through the driver, and freed.
+// Managed memory for paged state: allocated, written by the host, prefetched to the device on the default stream,
+// copied back through the driver, prefetched back to host memory and read there, and freed.
 TEST_F(CudaTest, ManagedMemoryRoundTrips) {
   cuda::CudaRuntime& rt = cuda::GetCudaRuntime();
   const size_t bytes = size_t{3} << 20;
@@ -223,10 +223,13 @@ TEST_F(CudaTest, ManagedMemoryRoundTrips) {
   ASSERT_TRUE(address.ok()) << address.status();
   auto* host = reinterpret_cast<unsigned char*>(*address);
   for (size_t i = 0; i < bytes; ++i) host[i] = static_cast<unsigned char>(i * 7);
-  ASSERT_TRUE(rt.PrefetchManaged(0, *address, bytes, nullptr).ok());
+  ASSERT_TRUE(rt.PrefetchManaged(0, *address, bytes, nullptr, /*to_host=*/false).ok());
   ASSERT_EQ(d_->cuCtxSynchronize(), 0);
   const std::vector<uint8_t> back = Download(static_cast<CUdeviceptr>(*address), bytes);
   for (size_t i = 0; i < bytes; i += 4099) ASSERT_EQ(back[i], static_cast<unsigned char>(i * 7)) << i;
+  ASSERT_TRUE(rt.PrefetchManaged(0, *address, bytes, nullptr, /*to_host=*/true).ok());
+  ASSERT_EQ(d_->cuCtxSynchronize(), 0);
+  for (size_t i = 0; i < bytes; i += 4099) ASSERT_EQ(host[i], static_cast<unsigned char>(i * 7)) << i;
   EXPECT_TRUE(rt.FreeManaged(0, *address).ok());
   EXPECT_FALSE(rt.AllocManaged(99, 64).ok());  // no such device
 }

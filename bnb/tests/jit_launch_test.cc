@@ -318,10 +318,15 @@ TEST_F(FakeDeviceTest, ManagedMemoryBookkeeping) {
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(runtime_.managed_allocations(), 1u);
   int stream = 0;
-  ASSERT_TRUE(runtime_.PrefetchManaged(0, *a, 4096, &stream).ok());
-  ASSERT_EQ(runtime_.prefetches().size(), 1u);
+  ASSERT_TRUE(runtime_.PrefetchManaged(0, *a, 4096, &stream, /*to_host=*/false).ok());
+  ASSERT_TRUE(runtime_.PrefetchManaged(0, *a, 1024, &stream, /*to_host=*/true).ok());
+  ASSERT_EQ(runtime_.prefetches().size(), 2u);
   EXPECT_EQ(runtime_.prefetches()[0].address, *a);
   EXPECT_EQ(runtime_.prefetches()[0].stream, &stream);
+  EXPECT_FALSE(runtime_.prefetches()[0].to_host);
+  EXPECT_EQ(runtime_.prefetches()[1].bytes, 1024u);
+  EXPECT_TRUE(runtime_.prefetches()[1].to_host);
+  EXPECT_FALSE(runtime_.PrefetchManaged(5, *a, 4096, &stream, false).ok());  // no such device
   EXPECT_FALSE(runtime_.FreeManaged(0, *a + 1).ok());
   EXPECT_TRUE(runtime_.FreeManaged(0, *a).ok());
   EXPECT_EQ(runtime_.managed_allocations(), 0u);

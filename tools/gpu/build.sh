@@ -79,7 +79,7 @@ if [[ $what == test || $what == all ]]; then
   # process per file, so that a crash in one leaves the others' results.
   for f in test_cuda.py test_blockwise8.py test_blockwise4.py test_ops_contract.py test_functional.py test_nn4bit.py \
            test_ops_fuzz.py test_int8.py test_int8_api.py test_linear8bitlt.py test_optim_ops.py test_optim.py \
-           test_optim_api.py; do
+           test_optim_api.py test_paged_memory.py; do
     echo "[pytest] $f"
     (cd bnb/tests && PYTHONPATH=$PYTHONPATH:$root/tools/fuzz $python -m pytest -q -p no:cacheprovider \
        --import-mode=importlib --rootdir="$root/bnb/tests" -rs "$f") || status=$?

@@ -455,6 +455,29 @@ def optim(s: Smoke) -> None:
 
     s.case("optim PagedAdamW8bit: managed state, prefetched, 3 steps", paged_adamw8bit)
 
+    def paged_tensors():
+        """bnb.functional's paged tensors (bnb.paged_memory): managed memory on the GPU, filled there, moved to host
+        memory and back by prefetches, and read on the host after each; GlobalPageManager.prefetch_all with them."""
+        import bnb.functional as F
+        from bnb import paged_memory
+        a = F.get_paged(1000, 257, device=dev)
+        if torch.device(dev).type == "cuda":  # (a dry run's paged tensor is ordinary memory)
+            assert a.device.type == "cuda" and paged_memory.allocation_of(a) is not None, \
+                "get_paged's tensor is not in managed memory"
+            assert paged_memory.allocation_of(a[1:, 3:])[2] == (999 * 257 - 3) * 4, "a view's managed span"
+        F.fill(a, 3.0)
+        F.prefetch_tensor(a, to_cpu=True)
+        s.sync()
+        filled = a.to("cpu", copy=True)
+        F.prefetch_tensor(a)
+        F.elementwise_func("arange", a, None, 0)
+        F.GlobalPageManager.get_instance().prefetch_all(to_cpu=True)
+        s.sync()
+        want = torch.arange(a.numel(), dtype=torch.float32).view(a.shape)
+        return max(same_bits(filled, torch.full_like(filled, 3.0), "fill"), same_bits(a, want, "arange"))
+
+    s.case("paged tensors: get_paged, fill, prefetch to host and back, prefetch_all", paged_tensors)
+
     # The kernel's other shapes (cuda.optim8_per_thread): a warp a block by 16-byte vectors, and 4 elements a thread.
     for per in (4, 8):
         for dtype in (torch.float32, torch.bfloat16):

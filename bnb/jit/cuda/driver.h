@@ -27,9 +27,12 @@ inline constexpr int kCuDevAttrManagedMemory = 83;
 inline constexpr int kCuDevAttrConcurrentManagedAccess = 89;
 // CUfunction_attribute
 inline constexpr int kCuFuncAttrMaxDynamicSharedSizeBytes = 8;
-// cuMemAllocManaged's CU_MEM_ATTACH_GLOBAL; CUmemLocationType's CU_MEM_LOCATION_TYPE_DEVICE.
+// cuMemAllocManaged's CU_MEM_ATTACH_GLOBAL; CUmemLocationType's CU_MEM_LOCATION_TYPE_DEVICE and _HOST; the
+// CU_DEVICE_CPU that cuMemPrefetchAsync (v1) takes for host memory.
 inline constexpr unsigned kCuMemAttachGlobal = 1;
 inline constexpr int kCuMemLocationTypeDevice = 1;
+inline constexpr int kCuMemLocationTypeHost = 2;
+inline constexpr int kCuDeviceCpu = -1;
 
 struct CUmemLocation {
   int type;

@@ -208,22 +208,28 @@ absl::Status CudaRuntime::FreeManaged(int device, uintptr_t address) {
   return CuCheck(d, d.cuMemFree(static_cast<CUdeviceptr>(address)), "cuMemFree (managed)");
 }
 
-absl::Status CudaRuntime::PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream) {
+absl::Status CudaRuntime::PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream,
+                                          bool to_host) {
   absl::StatusOr<CUcontext> ctx = PrimaryContext(device);
   if (!ctx.ok()) return ctx.status();
   const CudaDriver& d = **GetCudaDriver();
   ScopedContext scope(d, *ctx);
   const auto ptr = static_cast<CUdeviceptr>(address);
   const auto s = static_cast<CUstream>(stream);
+  const std::string where = to_host ? "host memory" : absl::StrCat("device ", device);
   if (d.cuMemPrefetchAsyncV2 != nullptr) {
-    return CuCheck(d, d.cuMemPrefetchAsyncV2(ptr, bytes, CUmemLocation{kCuMemLocationTypeDevice, device}, 0, s),
-                   absl::StrCat("cuMemPrefetchAsync_v2(", bytes, " bytes) to device ", device));
+    const CUmemLocation to = to_host ? CUmemLocation{kCuMemLocationTypeHost, 0}
+                                     : CUmemLocation{kCuMemLocationTypeDevice, device};
+    return CuCheck(d, d.cuMemPrefetchAsyncV2(ptr, bytes, to, 0, s),
+                   absl::StrCat("cuMemPrefetchAsync_v2(", bytes, " bytes) to ", where));
   }
   if (d.cuMemPrefetchAsyncV1 != nullptr) {
-    CUdevice dev = 0;
-    if (absl::Status st = CuCheck(d, d.cuDeviceGet(&dev, device), "cuDeviceGet"); !st.ok()) return st;
+    CUdevice dev = kCuDeviceCpu;
+    if (!to_host) {
+      if (absl::Status st = CuCheck(d, d.cuDeviceGet(&dev, device), "cuDeviceGet"); !st.ok()) return st;
+    }
     return CuCheck(d, d.cuMemPrefetchAsyncV1(ptr, bytes, dev, s),
-                   absl::StrCat("cuMemPrefetchAsync(", bytes, " bytes) to device ", device));
+                   absl::StrCat("cuMemPrefetchAsync(", bytes, " bytes) to ", where));
   }
   return absl::OkStatus();
 }

@@ -31,7 +31,8 @@ class CudaRuntime : public Runtime {
   // cuCtxSynchronize, then cuMemFree.
   absl::Status FreeManaged(int device, uintptr_t address) override;
   // cuMemPrefetchAsync(_v2) to the device.
-  absl::Status PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream) override;
+  absl::Status PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream,
+                               bool to_host) override;
 };
 
 // The process's CudaRuntime (its caches are per process, as the driver's state is).

@@ -7,17 +7,9 @@ True, as with bitsandbytes), plain values raise when read (through the module's 
 
 from __future__ import annotations
 
-_PAGED = ("paged tensors (bitsandbytes' API over CUDA unified memory): bnb's paged optimizers keep their own "
-          "(bnb.optim.paged)")
-
 # module -> {name: feature}. What bnb does instead follows the feature, after a colon, where it does something.
 MISSING: dict[str, dict[str, str]] = {
     "bnb.functional": {
-        "GlobalPageManager": _PAGED,
-        "get_paged": _PAGED,
-        "prefetch_tensor": _PAGED,
-        "elementwise_func": "paged memory's elementwise kernels (fill, arange on paged tensors)",
-        "fill": "paged memory's elementwise kernels (fill, arange on paged tensors)",
         "CUBLAS_Context": "cuBLAS handles: bnb's int8 matmul is an op, torch.ops.bnb.int8_linear_matmul",
         "igemm": "the int8 GEMMs bitsandbytes deprecated in 0.45: use int8_linear_matmul",
         "batched_igemm": "the int8 GEMMs bitsandbytes deprecated in 0.45: use int8_linear_matmul",

@@ -504,7 +504,10 @@ def percentile_clipping(grad: torch.Tensor, gnorm_vec: torch.Tensor, step: int, 
 from ._state_dict import pack_dict_to_tensor, unpack_tensor_to_dict  # noqa: E402  (bitsandbytes re-exports them)
 
 C = 127.0  # the int8 range's bound: row scales (SCB) are absmax, codes round(x * C / absmax)
-FIRST_CUDA_DEVICE = torch.device("cuda", index=0)
+
+# Paged tensors in CUDA unified memory (bnb.paged_memory).
+from .paged_memory import (  # noqa: E402
+    FIRST_CUDA_DEVICE, GlobalPageManager, _mul, elementwise_func, fill, get_paged, prefetch_tensor)
 
 
 def is_on_gpu(tensors) -> bool:
@@ -528,4 +531,5 @@ def get_ptr(A: Optional[torch.Tensor]):
 from . import _missing  # noqa: E402
 
 __getattr__ = _missing.install(globals(), __name__)
-__all__ += ["pack_dict_to_tensor", "unpack_tensor_to_dict", "C", "FIRST_CUDA_DEVICE", "is_on_gpu", "get_ptr"]
+__all__ += ["pack_dict_to_tensor", "unpack_tensor_to_dict", "C", "FIRST_CUDA_DEVICE", "is_on_gpu", "get_ptr",
+            "GlobalPageManager", "get_paged", "prefetch_tensor", "elementwise_func", "fill"]

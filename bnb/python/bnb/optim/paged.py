@@ -9,6 +9,8 @@ the driver evict other managed pages, perhaps this step's own, to bring these in
 moves when the update first touches it. Managed memory is freed when the last tensor on it goes, once the device is
 idle (kernels may still read it).
 
+The managed memory itself is bnb.paged_memory's, shared with bnb.functional's paged tensors.
+
 Where the device or driver has no managed memory (or concurrent managed access), paged state falls back to
 ordinary device memory, with one warning; such a buffer cannot spill to the host, so before a large one is made it
 is checked against the memory the device has free (free in the driver plus what torch's caching allocator holds
@@ -27,6 +29,7 @@ import warnings
 import torch
 
 from . import checks
+from ..paged_memory import _live, _managed_unavailable, managed_zeros, register  # noqa: F401  (_live: Prefetcher's)
 
 PAGED_MIN_NUMEL = 100_000  # as bitsandbytes: smaller states are never paged
 
@@ -52,41 +55,6 @@ def check_fits(owner: str, nbytes: int, device: torch.device) -> None:
                     torch.OutOfMemoryError)
 
 
-# Live managed allocations: start address -> (device index, bytes). The prefetch looks tensors up here by their data
-# pointer, so a copy of a paged buffer (deepcopy, torch.load) is never mistaken for managed memory.
-_live: dict[int, tuple[int, int]] = {}
-
-
-class _ManagedBuffer:
-    """One managed allocation of `nbytes` for CUDA device `index`, seen by torch through the CUDA array interface:
-    torch.as_tensor keeps this object alive while any tensor uses the memory, and its finalizer frees it."""
-
-    def __init__(self, index: int, nbytes: int):
-        from bnb import _C
-        self._free = _C.managed_free  # held: the finalizer may run while the interpreter shuts down
-        self.index = index
-        self.address = _C.managed_alloc(index, nbytes)
-        _live[self.address] = (index, nbytes)
-        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (self.address, False),
-                                         "version": 3, "strides": None, "stream": None}
-
-    def __del__(self):
-        _live.pop(self.address, None)
-        try:
-            self._free(self.index, self.address)
-        except ValueError:  # the driver already shut down (interpreter exit): it has freed everything
-            pass
-
-
-def managed_zeros(shape, dtype: torch.dtype, index: int) -> torch.Tensor:
-    """A zeroed tensor of `shape` and `dtype` in managed memory for CUDA device `index` (ValueError where there is
-    none)."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    raw = torch.as_tensor(_ManagedBuffer(index, max(nbytes, 1)), device=torch.device("cuda", index))
-    return raw[:nbytes].view(dtype).view(tuple(shape)).zero_()
-
-
-_managed_unavailable: set[int] = set()  # devices where a managed allocation failed (warned once each)
 
 
 def state_buffer(owner: str, shape, dtype: torch.dtype, device: torch.device, is_paged: bool) -> torch.Tensor:
@@ -99,11 +67,16 @@ def state_buffer(owner: str, shape, dtype: torch.dtype, device: torch.device, is
             index = device.index if device.index is not None else torch.cuda.current_device()
             if index not in _managed_unavailable:
                 try:
-                    return managed_zeros(shape, dtype, index)
+                    buffer = managed_zeros(shape, dtype, index)
                 except (ValueError, RuntimeError, TypeError) as e:  # no managed memory, or torch took none
                     _managed_unavailable.add(index)
                     warnings.warn(f"bnb.optim.{owner}: no managed memory on cuda:{index} ({e}); paged state is "
                                   f"ordinary device memory there and does not spill to host memory", stacklevel=4)
+                else:
+                    # Marked and registered as bitsandbytes' paged state is: GlobalPageManager.prefetch_all moves it.
+                    buffer.is_paged, buffer.page_deviceid = True, index
+                    register(buffer)
+                    return buffer
             check_fits(owner, numel * dtype.itemsize, device)
     return torch.zeros(shape, dtype=dtype, device=device)
 
@@ -134,4 +107,4 @@ class Prefetcher:
 
 def _prefetch_on_current_stream(index: int, address: int, nbytes: int) -> None:
     from bnb import _C
-    _C.managed_prefetch(index, address, nbytes, torch.cuda.current_stream(index).cuda_stream)
+    _C.managed_prefetch(index, address, nbytes, torch.cuda.current_stream(index).cuda_stream, False)
