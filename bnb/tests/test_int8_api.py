@@ -362,6 +362,53 @@ def test_gradients_against_a_float64_reference(dtype, threshold, has_fp16_weight
                                    rtol=0)
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("has_fp16_weights", [False, True])
+def test_matmul8bitfp_is_the_dequantized_weights_product_and_gradients(dtype, has_fp16_weights):
+    """bitsandbytes' dequantize-and-matmul path: the forward and every gradient against float64 products of the
+    dequantized weight (CB * SCB / 127, rounded to A's dtype), with A not quantized."""
+    shape = (3, 8, 64)
+    A0 = randn(*shape, seed=20, scale=2.0, dtype=dtype)
+    A0[..., 5] = 7.5  # would be an outlier to LLM.int8(): here it is simply multiplied
+    W0, bias0 = xavier(48, 64, seed=21, dtype=dtype), randn(48, seed=22, dtype=torch.float32)
+    A, bias = A0.clone().requires_grad_(True), bias0.clone().requires_grad_(True)
+    CB, SCB = weight_codes(W0)
+    state = bnb.MatmulLtState(has_fp16_weights=has_fp16_weights, threshold=6.0)
+    if has_fp16_weights:
+        W = W0.clone().requires_grad_(True)
+    else:
+        W, state.CB, state.SCB = CB, CB, SCB
+    out = bnb.autograd.MatMul8bitFp.apply(A, W, None, bias, state)
+    grad = randn(*out.shape, seed=23, dtype=dtype)
+    out.backward(grad)
+    assert out.dtype == dtype and out.shape == (3, 8, 48)
+    assert torch.equal(state.CB, CB) and torch.equal(state.SCB, SCB)  # a float weight's codes kept, as bitsandbytes
+
+    Wq = (CB.double() * SCB.double()[:, None] / 127).to(dtype).double()  # the weight in A's dtype
+    A2, g = A0.double().reshape(-1, 64), grad.double().reshape(-1, 48)
+    eps = EPS[dtype]
+    want = A2 @ Wq.t() + bias0.to(dtype).double()
+    bound = (A2.abs() @ Wq.t().abs() + bias0.double().abs()).amax().item() * 70 * eps
+    torch.testing.assert_close(out.double().reshape(-1, 48), want, atol=bound, rtol=0)
+    torch.testing.assert_close(A.grad.double().reshape(-1, 64), g @ Wq,
+                               atol=(g.abs() @ Wq.abs()).amax().item() * 50 * eps, rtol=0)
+    torch.testing.assert_close(bias.grad.double(), g.sum(0), atol=g.abs().sum(0).amax().item() * 2**-23, rtol=0)
+    if has_fp16_weights:  # grad.T @ A in float32, rounded once to B's dtype
+        gW = g.t() @ A2
+        torch.testing.assert_close(W.grad.double(), gW, atol=(g.abs().t() @ A2.abs()).amax().item() * (eps + 2**-20),
+                                   rtol=0)
+    else:
+        assert W.grad is None
+
+
+def test_matmul8bitfp_bad_input_gives_a_clear_error():
+    state = bnb.MatmulLtState(has_fp16_weights=True)
+    with pytest.raises(RuntimeError, match=r"A has 32 columns \(shape \[4, 32\]\), but the weight is \[N, K\] = \[8, 16\]"):
+        bnb.autograd.MatMul8bitFp.apply(torch.randn(4, 32), torch.randn(8, 16), None, None, state)
+    with pytest.raises(RuntimeError, match=r"A must be float32, float16 or bfloat16, got int32"):
+        bnb.autograd.MatMul8bitFp.apply(torch.ones(4, 16, dtype=torch.int32), torch.randn(8, 16), None, None, state)
+
+
 # bitsandbytes' test_matmullt (tests/test_autograd.py), ported: A [dim2, 32] (outlier columns at 6.0 with decomp),
 # B Xavier-uniform [48, 32], the error bounds it asserts on the output and on A's and the bias' gradients.
 @pytest.mark.parametrize("dim2", [64, 0])

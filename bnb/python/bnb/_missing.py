@@ -16,9 +16,6 @@ MISSING: dict[str, dict[str, str]] = {
         "check_matmul": "the int8 GEMMs bitsandbytes deprecated in 0.45: use int8_linear_matmul",
         "lib": "the ctypes handle of libbitsandbytes: bnb's kernels are torch ops, torch.ops.bnb.*",
     },
-    "bnb.autograd": {
-        "MatMul8bitFp": "bitsandbytes' CPU/XPU int8 matmul through dequantized weights: bnb.matmul runs LLM.int8()",
-    },
 }
 
 # Names of MISSING that are values rather than functions or classes: reading them raises.

@@ -216,7 +216,8 @@ def register() -> None:
 
 
 # bitsandbytes keeps LLM.int8()'s autograd function beside the 4-bit one (bitsandbytes.autograd._functions).
-from .autograd_int8 import GlobalOutlierPooler, MatMul8bitLt, MatmulLtState, matmul  # noqa: E402,F401
+from .autograd_int8 import (  # noqa: E402,F401
+    GlobalOutlierPooler, MatMul8bitFp, MatMul8bitLt, MatmulLtState, matmul)
 from . import _missing  # noqa: E402
 
 __getattr__ = _missing.install(globals(), __name__)

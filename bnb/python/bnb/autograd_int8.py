@@ -10,7 +10,8 @@ Differences from bitsandbytes 0.50, each deliberate:
 - The gradient of B takes grad_output's column-wise codes with their column scales (bitsandbytes pairs its
   row-wise codes with the column scales) and leaves A's outlier columns out of the int8 part, as they are added
   exactly afterwards (bitsandbytes counts their other elements twice).
-- On a CPU the int8 path is taken in training too (bitsandbytes switches to a dequantize-and-matmul path there).
+- On a CPU the int8 path is taken in training too (bitsandbytes switches to its dequantize-and-matmul path there,
+  MatMul8bitFp, which bnb has for code that calls it).
 """
 
 from __future__ import annotations
@@ -203,6 +204,42 @@ class MatMul8bitLt(torch.autograd.Function):
             grad_A = (grad.to(ctx.a_dtype) @ W).view(*grad_output.shape[:-1], CB.shape[1])
         if ctx.grad_B:
             grad_B = _weight_gradient(grad, CAt, SCAt, subA, cols).to(ctx.b_dtype)
+        return grad_A, grad_B, None, grad_bias, None
+
+
+class MatMul8bitFp(torch.autograd.Function):
+    """bitsandbytes' dequantize-and-matmul int8 product (its CPU/XPU training path): A @ W.T + bias with W the
+    weight's codes dequantized (CB * SCB / 127) in A's dtype, A not quantized; gradients to A through the same W,
+    to a float B (has_fp16_weights) as grad_output.T @ A in float32, and to the bias. bnb.matmul does not take it
+    (bnb's CPU int8 kernels are fast): it is here for code that calls it."""
+
+    @staticmethod
+    def forward(ctx, A, B, out=None, bias=None, state=None):
+        state = state or MatmulLtState()
+        _check_input(A)
+        CB, SCB = _weight_codes(B, state)
+        _check_shapes(A, CB.shape, bias)
+        W = torch.ops.bnb.int8_vectorwise_dequant(CB, SCB).to(A.dtype)
+        output = torch.nn.functional.linear(A, W, None if bias is None else bias.to(A.dtype))
+        ctx.a_dtype, ctx.b_dtype = A.dtype, B.dtype
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        ctx.grad_B = ctx.needs_input_grad[1] and B.is_floating_point()
+        ctx.save_for_backward(W, A if ctx.grad_B else None)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        W, A = ctx.saved_tensors
+        N, K = W.shape
+        grad = grad_output.reshape(-1, N)
+        grad_A = grad_B = grad_bias = None
+        if ctx.needs_input_grad[3]:
+            acc = torch.promote_types(ctx.bias_dtype, torch.float32)
+            grad_bias = grad.sum(0, dtype=acc).to(ctx.bias_dtype)
+        if ctx.needs_input_grad[0]:
+            grad_A = (grad.to(ctx.a_dtype) @ W).view(*grad_output.shape[:-1], K)
+        if ctx.grad_B:
+            grad_B = (grad.float().t() @ A.reshape(-1, K).float()).to(ctx.b_dtype)
         return grad_A, grad_B, None, grad_bias, None
 
 
