@@ -14,6 +14,7 @@ import torch
 
 import bnb
 from bnb import functional as F
+from bnb import paged_memory
 from bnb.optim import paged
 from bnb.reference import optim as ref
 
@@ -603,7 +604,7 @@ def test_paged_cuda_state_falls_back_to_device_memory_once_warned(monkeypatch):
     def check(owner, nbytes, device):
         raise Checked(owner, nbytes, str(device))
 
-    monkeypatch.setattr(paged, "_managed_unavailable", set())
+    monkeypatch.setattr(paged_memory, "_managed_unavailable", set())
     monkeypatch.setattr(paged, "managed_zeros", no_managed)
     monkeypatch.setattr(paged, "check_fits", check)
     with pytest.warns(UserWarning, match=r"PagedAdamW: no managed memory on cuda:0 \(CUDA device 0 has no concurrent "

@@ -94,6 +94,19 @@ class MatmulLtState:
         self.CB = self.SB = self.SCB = self.SBt = self.CBt = None
 
 
+def _input_and_bias_grads(ctx, grad_output: torch.Tensor, weight, K: int):
+    """(grad_output as rows, d/dA, d/dbias), each where needed: d/dA = grad @ W with W = weight(), the forward's
+    weight in A's dtype; d/dbias = grad summed over every leading dimension, in at least float32."""
+    grad = grad_output.reshape(-1, grad_output.shape[-1])
+    grad_A = grad_bias = None
+    if ctx.needs_input_grad[3]:
+        acc = torch.promote_types(ctx.bias_dtype, torch.float32)
+        grad_bias = grad.sum(0, dtype=acc).to(ctx.bias_dtype)
+    if ctx.needs_input_grad[0]:
+        grad_A = (grad.to(ctx.a_dtype) @ weight()).view(*grad_output.shape[:-1], K)
+    return grad, grad_A, grad_bias
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -193,15 +206,9 @@ class MatMul8bitLt(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         CB, SCB, CAt, SCAt, subA, cols = ctx.saved_tensors
-        N = CB.shape[0]
-        grad = grad_output.reshape(-1, N)
-        grad_A = grad_B = grad_bias = None
-        if ctx.needs_input_grad[3]:
-            acc = torch.promote_types(ctx.bias_dtype, torch.float32)
-            grad_bias = grad.sum(0, dtype=acc).to(ctx.bias_dtype)
-        if ctx.needs_input_grad[0]:
-            W = torch.ops.bnb.int8_vectorwise_dequant(CB, SCB).to(ctx.a_dtype)
-            grad_A = (grad.to(ctx.a_dtype) @ W).view(*grad_output.shape[:-1], CB.shape[1])
+        grad, grad_A, grad_bias = _input_and_bias_grads(
+            ctx, grad_output, lambda: torch.ops.bnb.int8_vectorwise_dequant(CB, SCB).to(ctx.a_dtype), CB.shape[1])
+        grad_B = None
         if ctx.grad_B:
             grad_B = _weight_gradient(grad, CAt, SCAt, subA, cols).to(ctx.b_dtype)
         return grad_A, grad_B, None, grad_bias, None
@@ -230,14 +237,9 @@ class MatMul8bitFp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         W, A = ctx.saved_tensors
-        N, K = W.shape
-        grad = grad_output.reshape(-1, N)
-        grad_A = grad_B = grad_bias = None
-        if ctx.needs_input_grad[3]:
-            acc = torch.promote_types(ctx.bias_dtype, torch.float32)
-            grad_bias = grad.sum(0, dtype=acc).to(ctx.bias_dtype)
-        if ctx.needs_input_grad[0]:
-            grad_A = (grad.to(ctx.a_dtype) @ W).view(*grad_output.shape[:-1], K)
+        K = W.shape[1]
+        grad, grad_A, grad_bias = _input_and_bias_grads(ctx, grad_output, lambda: W, K)
+        grad_B = None
         if ctx.grad_B:
             grad_B = (grad.float().t() @ A.reshape(-1, K).float()).to(ctx.b_dtype)
         return grad_A, grad_B, None, grad_bias, None

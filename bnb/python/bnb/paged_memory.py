@@ -105,6 +105,20 @@ def _shape_of(function: str, shape) -> tuple[int, ...]:
 _managed_unavailable: set[int] = set()  # CUDA devices where a managed allocation failed (warned once each)
 
 
+def managed_or_none(make, shape, dtype: torch.dtype, index: int, who: str, what: str) -> Optional[torch.Tensor]:
+    """make(shape, dtype, index) (managed_empty or managed_zeros), or None where CUDA device `index` has no managed
+    memory: the first failure there warns, naming `who` and saying `what` is ordinary device memory instead."""
+    if index in _managed_unavailable:
+        return None
+    try:
+        return make(shape, dtype, index)
+    except (ValueError, RuntimeError, TypeError) as e:  # no managed memory, or torch took none
+        _managed_unavailable.add(index)
+        warnings.warn(f"{who}: no managed memory on cuda:{index} ({e}); {what} ordinary device memory there and does "
+                      f"not spill to host memory", stacklevel=3)
+        return None
+
+
 def get_paged(*shape, dtype: torch.dtype = torch.float32, device=FIRST_CUDA_DEVICE) -> torch.Tensor:
     """A paged tensor of `shape` (ints, or one tuple), uninitialized as torch.empty's: on a CUDA device in managed
     memory (module doc), elsewhere ordinary memory. Marked is_paged = True, page_deviceid = the CUDA device's index
@@ -120,13 +134,7 @@ def get_paged(*shape, dtype: torch.dtype = torch.float32, device=FIRST_CUDA_DEVI
                            f"device='cpu' for a paged tensor in ordinary memory", RuntimeError)
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
-        if index not in _managed_unavailable:
-            try:
-                out = managed_empty(shape, dtype, index)
-            except (ValueError, RuntimeError, TypeError) as e:  # no managed memory, or torch took none
-                _managed_unavailable.add(index)
-                warnings.warn(f"bnb.functional.get_paged: no managed memory on cuda:{index} ({e}); paged tensors "
-                              f"there are ordinary device memory and do not spill to host memory", stacklevel=2)
+        out = managed_or_none(managed_empty, shape, dtype, index, "bnb.functional.get_paged", "paged tensors are")
         device = torch.device("cuda", index)
     if out is None:
         out = torch.empty(shape, dtype=dtype, device=device)

@@ -24,12 +24,11 @@ is not an error, and nothing is said.
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
 from . import checks
-from ..paged_memory import _live, _managed_unavailable, managed_zeros, register  # noqa: F401  (_live: Prefetcher's)
+from ..paged_memory import _live, managed_or_none, managed_zeros, register  # noqa: F401  (_live: Prefetcher's)
 
 PAGED_MIN_NUMEL = 100_000  # as bitsandbytes: smaller states are never paged
 
@@ -65,18 +64,12 @@ def state_buffer(owner: str, shape, dtype: torch.dtype, device: torch.device, is
         numel = math.prod(shape)
         if numel >= PAGED_MIN_NUMEL:
             index = device.index if device.index is not None else torch.cuda.current_device()
-            if index not in _managed_unavailable:
-                try:
-                    buffer = managed_zeros(shape, dtype, index)
-                except (ValueError, RuntimeError, TypeError) as e:  # no managed memory, or torch took none
-                    _managed_unavailable.add(index)
-                    warnings.warn(f"bnb.optim.{owner}: no managed memory on cuda:{index} ({e}); paged state is "
-                                  f"ordinary device memory there and does not spill to host memory", stacklevel=4)
-                else:
-                    # Marked and registered as bitsandbytes' paged state is: GlobalPageManager.prefetch_all moves it.
-                    buffer.is_paged, buffer.page_deviceid = True, index
-                    register(buffer)
-                    return buffer
+            buffer = managed_or_none(managed_zeros, shape, dtype, index, f"bnb.optim.{owner}", "paged state is")
+            if buffer is not None:
+                # Marked and registered as bitsandbytes' paged state is: GlobalPageManager.prefetch_all moves it.
+                buffer.is_paged, buffer.page_deviceid = True, index
+                register(buffer)
+                return buffer
             check_fits(owner, numel * dtype.itemsize, device)
     return torch.zeros(shape, dtype=dtype, device=device)
 
