@@ -157,6 +157,15 @@ def _check_shapes(A: torch.Tensor, shape, bias: Optional[torch.Tensor]) -> None:
                            f"{_dtype_name(bias.dtype)} of shape {list(bias.shape)}")
 
 
+def _checked_codes(A: torch.Tensor, B: torch.Tensor, bias: Optional[torch.Tensor], state):
+    """(state, CB, SCB): the state (a fresh one for None) and the weight's codes, A and the bias checked."""
+    state = state or MatmulLtState()
+    _check_input(A)
+    CB, SCB = _weight_codes(B, state)
+    _check_shapes(A, CB.shape, bias)
+    return state, CB, SCB
+
+
 def _forward(A, CB, SCB, bias, state, want_col_codes: bool):
     """The product and what its backward needs: (out, CAt, SCAt, subA, outlier_cols)."""
     CAt = SCAt = None
@@ -191,10 +200,7 @@ class MatMul8bitLt(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B, out=None, bias=None, state=None):
-        state = state or MatmulLtState()
-        _check_input(A)
-        CB, SCB = _weight_codes(B, state)
-        _check_shapes(A, CB.shape, bias)
+        state, CB, SCB = _checked_codes(A, B, bias, state)
         grad_B = ctx.needs_input_grad[1] and B.is_floating_point()
         output, CAt, SCAt, subA, cols = _forward(A, CB, SCB, bias, state, grad_B)
         ctx.state, ctx.a_dtype, ctx.b_dtype = state, A.dtype, B.dtype
@@ -222,10 +228,7 @@ class MatMul8bitFp(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B, out=None, bias=None, state=None):
-        state = state or MatmulLtState()
-        _check_input(A)
-        CB, SCB = _weight_codes(B, state)
-        _check_shapes(A, CB.shape, bias)
+        state, CB, SCB = _checked_codes(A, B, bias, state)
         W = torch.ops.bnb.int8_vectorwise_dequant(CB, SCB).to(A.dtype)
         output = torch.nn.functional.linear(A, W, None if bias is None else bias.to(A.dtype))
         ctx.a_dtype, ctx.b_dtype = A.dtype, B.dtype
@@ -281,8 +284,7 @@ def matmul(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None,
     elif torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (A, B, bias)):
         result = MatMul8bitLt.apply(A, B, None, bias, state)
     else:  # no autograd node: torch.compile sees the ops alone
-        CB, SCB = _weight_codes(B, state)
-        _check_shapes(A, CB.shape, bias)
+        _, CB, SCB = _checked_codes(A, B, bias, state)
         result = _forward(A, CB, SCB, bias, state, False)[0]
     if out is not None:
         if out.shape != result.shape or out.dtype != result.dtype:  # copy_ would broadcast or convert silently
