@@ -91,6 +91,10 @@ def main(argv=None):
     print(f"{'case':<34} {'GPU ms':>8} {'GB/s':>8} {'vs fused':>9}")
     for name, (ms, moved) in times.items():
         print(f"{name:<34} {ms:8.3f} {moved / ms / 1e6:8.0f} {ms / fused:8.2f}x")
+    per_ms = {per: times[f"bnb AdamW8bit (op), {per} a thread"][0] for per in (1, 2, 4, 8)}
+    best = min(per_ms, key=per_ms.get)
+    print(f"fastest cuda.optim8_per_thread: {best} ({per_ms[best]:.3f} ms; the knob's default, 1: "
+          f"{per_ms[1]:.3f} ms)")
     print("goal (issue 25): the 8-bit step <= 2 ms on an H100")
 
 
