@@ -54,8 +54,6 @@ def check_fits(owner: str, nbytes: int, device: torch.device) -> None:
                     torch.OutOfMemoryError)
 
 
-
-
 def state_buffer(owner: str, shape, dtype: torch.dtype, device: torch.device, is_paged: bool) -> torch.Tensor:
     """A zeroed state buffer; a large paged one on CUDA in managed memory, else (no managed memory) checked
     against free device memory first (module doc)."""
