@@ -66,6 +66,19 @@ float OptimClip(float unorm, double max_unorm, double param_norm, double eps, bo
   return current > limit ? limit / current : 1.0f;
 }
 
+namespace {
+
+// Ranges of at least this many elements are taken to stream from memory (their g, p and states, ~16 bytes an
+// element, pass a core's L2).
+constexpr int64_t kStreamedElements = int64_t{1} << 17;
+
+// Prefetches bytes [from, to) of base into L2, a line at a time.
+void PrefetchBytes(const void* base, int64_t from, int64_t to) {
+  for (int64_t b = from; b < to; b += 64) __builtin_prefetch(static_cast<const char*>(base) + b, 0, 2);
+}
+
+}  // namespace
+
 void OptimizerUpdate8(const OptimStep& step, DType dtype, const void* g, void* p, uint8_t* q1, uint8_t* q1b,
                       uint8_t* q2, const PreparedCodebook& cb1, const PreparedCodebook* cb2, float* am1, float* am1b,
                       float* am2, int64_t n, int64_t b0, int64_t b1) {
@@ -82,9 +95,26 @@ void OptimizerUpdate8(const OptimStep& step, DType dtype, const void* g, void* p
     if (q2 != nullptr) DequantizeBlockwise8(DType::kFloat32, q2 + lo, am2 + c0, *cb2, chunk, v.data());
     OptimizerUpdate32(step, dtype, static_cast<const char*>(g) + lo * size, static_cast<char*>(p) + lo * size,
                       m1.data(), q1b != nullptr ? m2.data() : nullptr, q2 != nullptr ? v.data() : nullptr, 0, len);
-    QuantizeBlockwise8(DType::kFloat32, m1.data(), cb1, chunk, q1 + lo, am1 + c0);
-    if (q1b != nullptr) QuantizeBlockwise8(DType::kFloat32, m2.data(), cb1, chunk, q1b + lo, am1b + c0);
-    if (q2 != nullptr) QuantizeBlockwise8(DType::kFloat32, v.data(), *cb2, chunk, q2 + lo, am2 + c0);
+    // The requantize is the step's compute-bound stage (the others wait on memory). Over a range larger than a
+    // core's L2 it runs a block at a time, each followed by prefetches of its share of the next chunk's g, p and
+    // codes, so that they arrive meanwhile; in cache the calls a block at a time would cost more than they hide.
+    // Figures: tools/bench/NOTES.md, 'Optimizer step'.
+    const int64_t next = c1 * kBs, next_len = std::max<int64_t>(0, std::min({next + kChunk, b1 * kBs, n}) - next);
+    const int64_t parts = (b1 - b0) * kBs >= kStreamedElements ? blocks : 1;
+    for (int64_t j = 0; j < parts; ++j) {
+      const Blockwise8Range part{len, kBs, blocks * j / parts, blocks * (j + 1) / parts};
+      QuantizeBlockwise8(DType::kFloat32, m1.data(), cb1, part, q1 + lo, am1 + c0);
+      if (q1b != nullptr) QuantizeBlockwise8(DType::kFloat32, m2.data(), cb1, part, q1b + lo, am1b + c0);
+      if (q2 != nullptr) QuantizeBlockwise8(DType::kFloat32, v.data(), *cb2, part, q2 + lo, am2 + c0);
+      if (parts > 1) {
+        const int64_t e0 = next + next_len * j / parts, e1 = next + next_len * (j + 1) / parts;
+        PrefetchBytes(g, e0 * size, e1 * size);
+        PrefetchBytes(p, e0 * size, e1 * size);
+        PrefetchBytes(q1, e0, e1);
+        if (q1b != nullptr) PrefetchBytes(q1b, e0, e1);
+        if (q2 != nullptr) PrefetchBytes(q2, e0, e1);
+      }
+    }
   }
 }
 

@@ -142,9 +142,13 @@ TEST(OptimKinds, UnknownNamesListTheKnownOnes) {
             std::string::npos);
 }
 
-TEST(Optim8, IsDequantizeUpdateQuantize) {
-  // Three blocks, the last partial: the 8-bit update equals its three passes done one after the other.
-  const int64_t n = 2 * kOptimizerBlocksize + 77, blocks = NumBlocks(n, kOptimizerBlocksize);
+// The 8-bit update equals its three passes done one after the other over the whole tensor: for three blocks, the last
+// partial, and for a tensor large enough to take the requantize a block at a time with prefetches (many chunks, the
+// last partial), updated in two ranges of blocks as two threads would.
+class Optim8Sizes : public testing::TestWithParam<int64_t> {};
+
+TEST_P(Optim8Sizes, IsDequantizeUpdateQuantize) {
+  const int64_t n = GetParam(), blocks = NumBlocks(n, kOptimizerBlocksize);
   std::vector<float> signed_map(256), unsigned_map(256);
   for (int i = 0; i < 256; ++i) {
     signed_map[i] = -1.0f + 2.0f * static_cast<float>(i) / 255.0f;
@@ -163,8 +167,11 @@ TEST(Optim8, IsDequantizeUpdateQuantize) {
   std::vector<uint8_t> q1_ref = q1, q2_ref = q2;
   std::vector<float> a1_ref = a1, a2_ref = a2;
   const OptimStep st = MakeOptimStep(OptimRule::kAdam, true, 0.9, 0.999, 0.0, 0.0, 1e-8, 0.01, 3, 1e-3, 1.0, true);
-  OptimizerUpdate8(st, DType::kFloat32, g.data(), p.data(), q1.data(), nullptr, q2.data(), cb1, &cb2, a1.data(),
-                   nullptr, a2.data(), n, 0, blocks);
+  const int64_t split = blocks / 2 + 1;  // not on a chunk's boundary
+  for (const auto& [b0, b1] : {std::pair<int64_t, int64_t>{0, split}, {split, blocks}}) {
+    OptimizerUpdate8(st, DType::kFloat32, g.data(), p.data(), q1.data(), nullptr, q2.data(), cb1, &cb2, a1.data(),
+                     nullptr, a2.data(), n, b0, b1);
+  }
   std::vector<float> m(n), v(n);
   DequantizeBlockwise8(DType::kFloat32, q1_ref.data(), a1_ref.data(), cb1, all, m.data());
   DequantizeBlockwise8(DType::kFloat32, q2_ref.data(), a2_ref.data(), cb2, all, v.data());
@@ -177,6 +184,9 @@ TEST(Optim8, IsDequantizeUpdateQuantize) {
   EXPECT_EQ(std::memcmp(a2.data(), a2_ref.data(), blocks * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(p.data(), p_ref.data(), n * sizeof(float)), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Sizes, Optim8Sizes,
+                         testing::Values(2 * kOptimizerBlocksize + 77, (int64_t{1} << 18) + 3 * kOptimizerBlocksize + 77));
 
 }  // namespace
 }  // namespace bnb::core
