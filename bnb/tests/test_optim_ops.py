@@ -135,6 +135,21 @@ def test_8bit_equals_the_definition(device, name, dtype, n):
         assert_all_same(got, want)
 
 
+@pytest.mark.parametrize("name, dtype", [("adam", torch.float32), ("ademamix", torch.bfloat16)])
+def test_8bit_large_tensor_equals_the_definition(name, dtype):
+    """A tensor past the size where the CPU update requantizes a block at a time with prefetches (2^17 elements a
+    thread's range), split over the threads torch runs."""
+    n = (1 << 18) + 3 * 256 + 77
+    gen, p, g = grads(n, dtype, seed=5)
+    q1, q2, qmap1, a1, a2 = states8(name, n, gen)
+    qmap2 = UNSIGNED if q2 is not None else None
+    want = clone([g, p, q1, q2, qmap1, qmap2, a1, a2], "cpu")
+    got = clone([g, p, q1, q2, qmap1, qmap2, a1, a2], "cpu")
+    run8(ref.optimizer_update_8bit_blockwise, name, *want, wd=0.01, step=3, skip_zeros=False)
+    run8(ops.optimizer_update_8bit_blockwise, name, *got, wd=0.01, step=3, skip_zeros=False)
+    assert_all_same(got, want)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the knob shapes the CUDA kernel; no CUDA device")
 @pytest.mark.parametrize("per_thread", [1, 2, 4, 8])
 @pytest.mark.parametrize("name", OPTIMIZERS)
