@@ -12,12 +12,15 @@
 namespace bnb::ops {
 
 // Calls fn(block_begin, block_end) over [0, num_blocks) on torch's pool (so torch.set_num_threads holds), with
-// at least cpu.grain_elements elements per task and at most cpu.threads tasks when that knob is set.
+// at least cpu.grain_elements elements per task and at most cpu.threads tasks when that knob is set. The knob is
+// sized for the codecs' work per element; `cost`, how many times that an element of this kernel costs, divides it,
+// so that a task holds about as much work whatever the kernel.
 template <class Fn>
-void ParallelOverBlocks(const char* op, int64_t num_blocks, int64_t block_elements, const Fn& fn) {
+void ParallelOverBlocks(const char* op, int64_t num_blocks, int64_t block_elements, const Fn& fn, int64_t cost = 1) {
   absl::StatusOr<bnb::core::CpuSettings> s = bnb::core::CurrentCpuSettings();
   ThrowIfError(op, s.status());
-  int64_t grain = std::max<int64_t>(1, s->grain_elements / std::max<int64_t>(1, block_elements));
+  const int64_t per_block = std::max<int64_t>(1, block_elements) * std::max<int64_t>(1, cost);
+  int64_t grain = std::max<int64_t>(1, s->grain_elements / per_block);
   if (s->threads > 0) grain = std::max(grain, (num_blocks + s->threads - 1) / s->threads);
   at::parallel_for(0, num_blocks, grain, fn);
 }
