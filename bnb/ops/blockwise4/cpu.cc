@@ -48,7 +48,7 @@ struct Cpu {
     float* ap = absmax.data_ptr<float>();
     ParallelOverBlocks(op, absmax.numel(), blocksize, [&](int64_t b0, int64_t b1) {
       core::QuantizeBlockwise4(dtype, xp, q, core::Blockwise4Range{n, blocksize, b0, b1}, bp, ap);
-    });
+    }, kQuantizeCost);
   }
 
   static void Dequantize(const char* op, const at::Tensor& packed, const at::Tensor& absmax, core::Quant4 q,

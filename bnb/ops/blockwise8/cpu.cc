@@ -29,7 +29,7 @@ struct Cpu {
     float* ap = absmax.data_ptr<float>();
     ParallelOverBlocks(op, absmax.numel(), blocksize, [&](int64_t b0, int64_t b1) {
       core::QuantizeBlockwise8(dtype, xp, *cb, core::Blockwise8Range{n, blocksize, b0, b1}, cp, ap);
-    });
+    }, kQuantizeCost);
   }
 
   static void Dequantize(const char* op, const at::Tensor& A, const at::Tensor& absmax, const at::Tensor& code,

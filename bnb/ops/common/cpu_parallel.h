@@ -11,6 +11,10 @@
 
 namespace bnb::ops {
 
+// A blockwise quantize's element costs about 4 times a dequantize's (one thread: ~0.2-0.4 ns against ~0.05-0.1), which
+// cpu.grain_elements is sized for. Figures: tools/bench/NOTES.md, 'Task grain'.
+inline constexpr int64_t kQuantizeCost = 4;
+
 // Calls fn(block_begin, block_end) over [0, num_blocks) on torch's pool (so torch.set_num_threads holds), with
 // at least cpu.grain_elements elements per task and at most cpu.threads tasks when that knob is set. The knob is
 // sized for the codecs' work per element; `cost`, how many times that an element of this kernel costs, divides it,

@@ -14,7 +14,7 @@ namespace {
 
 // An element's update costs about this many times a codec's element (ParallelOverBlocks' `cost`): one thread in
 // cache, the 8-bit step ~1.3-1.4 ns, the 32-bit one ~0.4-0.6, a blockwise dequantize ~0.05-0.1. Figures:
-// tools/bench/NOTES.md, 'Optimizer step'.
+// tools/bench/NOTES.md, 'Task grain'.
 constexpr int64_t kCost32 = 8, kCost8 = 16;
 
 std::shared_ptr<const core::PreparedCodebook> PrepareCode(const char* op, const char* arg, const at::Tensor& code) {
