@@ -578,6 +578,27 @@ def test_paged_classes_step_on_cpu(cls):
     assert opt.state[ps[0]]["state1"].dtype == want
 
 
+@pytest.mark.parametrize("name", ["AdamW8bit", "Lion32bit"])
+def test_update_step_called_directly_with_grad_on_equals_step(name):
+    """bitsandbytes' subclasses call update_step themselves, with autograd on (step() calls it with grad off): the
+    parameters and states then equal step()'s, and the parameters stay leaves."""
+    ps, ps2 = params(), params()
+    opt, opt2 = getattr(bnb.optim, name)(ps), getattr(bnb.optim, name)(ps2)
+    for step in range(2):
+        set_grads(ps, step)
+        set_grads(ps2, step)
+        opt.step()
+        assert torch.is_grad_enabled()
+        for pindex, p in enumerate(ps2):
+            if len(opt2.state[p]) == 0:
+                opt2.init_state(opt2.param_groups[0], p, 0, pindex)
+            opt2.update_step(opt2.param_groups[0], p, 0, pindex)
+            assert p.grad_fn is None and p.is_leaf
+    for p, q in zip(ps, ps2):
+        assert torch.equal(p, q)
+        assert_same_state(opt.state[p], opt2.state[q])
+
+
 def test_paged_cuda_state_is_checked_against_free_memory(monkeypatch):
     """Where a GPU has no managed memory, paged state is ordinary device memory (bnb.optim.paged): a buffer larger
     than what is free is refused before it is asked for. The check itself, with the free memory stubbed (no GPU
