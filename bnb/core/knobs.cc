@@ -39,8 +39,9 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"cpu.threads", KnobType::kInt, int64_t{0}, 0, 4096,
        "most threads a CPU kernel splits its work over; 0 follows torch.get_num_threads()"},
       {"cpu.grain_elements", KnobType::kInt, int64_t{1} << 16, 1024, int64_t{1} << 30,
-       "fewest elements a CPU kernel hands to one thread, so small tensors are not split (kernels with more work "
-       "an element hand out proportionally fewer: the quantizes 4 times, the optimizer updates 8 or 16 times)"},
+       "fewest elements a CPU kernel hands to one thread, so small tensors are not split (sized for the "
+       "dequantizes: kernels with more work an element, the quantizes and the optimizer updates, hand out "
+       "proportionally fewer)"},
       {"cpu.gemv_bf16_products", KnobType::kBool, true, 0, 0,
        "bfloat16 gemv_4bit / gemm_4bit on AVX512-BF16 multiply in bfloat16 (vdpbf16ps): one token the code values "
        "rounded to bfloat16, small batches the dequantized weight rounded to bfloat16; about 1.4x faster, with the "

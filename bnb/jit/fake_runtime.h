@@ -49,7 +49,8 @@ class FakeRuntime : public Runtime {
   absl::Status Launch(const LoadedKernel& kernel, Dim3 grid, Dim3 block, unsigned shared_bytes, void* stream,
                       const KernelArgs& args) override;
 
-  // Managed memory as host memory; prefetches recorded (address, bytes, device, stream), frees checked.
+  // Managed memory as host memory; prefetches recorded (address, bytes, device, stream, to_host), frees
+  // checked.
   absl::StatusOr<uintptr_t> AllocManaged(int device, size_t bytes) override;
   absl::Status FreeManaged(int device, uintptr_t address) override;
   absl::Status PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream,

@@ -186,7 +186,8 @@ TEST_P(Optim8Sizes, IsDequantizeUpdateQuantize) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, Optim8Sizes,
-                         testing::Values(2 * kOptimizerBlocksize + 77, (int64_t{1} << 18) + 3 * kOptimizerBlocksize + 77));
+                         testing::Values(2 * kOptimizerBlocksize + 77,
+                                         (int64_t{1} << 18) + 3 * kOptimizerBlocksize + 77));
 
 }  // namespace
 }  // namespace bnb::core

@@ -403,7 +403,8 @@ def test_matmul8bitfp_is_the_dequantized_weights_product_and_gradients(dtype, ha
 
 def test_matmul8bitfp_bad_input_gives_a_clear_error():
     state = bnb.MatmulLtState(has_fp16_weights=True)
-    with pytest.raises(RuntimeError, match=r"A has 32 columns \(shape \[4, 32\]\), but the weight is \[N, K\] = \[8, 16\]"):
+    with pytest.raises(RuntimeError,
+                       match=r"A has 32 columns \(shape \[4, 32\]\), but the weight is \[N, K\] = \[8, 16\]"):
         bnb.autograd.MatMul8bitFp.apply(torch.randn(4, 32), torch.randn(8, 16), None, None, state)
     with pytest.raises(RuntimeError, match=r"A must be float32, float16 or bfloat16, got int32"):
         bnb.autograd.MatMul8bitFp.apply(torch.ones(4, 16, dtype=torch.int32), torch.randn(8, 16), None, None, state)

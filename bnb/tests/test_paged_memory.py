@@ -112,7 +112,8 @@ def test_global_page_manager_is_bitsandbytes_singleton_and_prefetches_last_added
     with pytest.raises(RuntimeError, match="Call get_instance"):
         F.GlobalPageManager()
     mng = F.GlobalPageManager.get_instance()
-    assert F.GlobalPageManager.get_instance() is mng and bnb.functional.GlobalPageManager is paged_memory.GlobalPageManager
+    assert F.GlobalPageManager.get_instance() is mng
+    assert bnb.functional.GlobalPageManager is paged_memory.GlobalPageManager
     monkeypatch.setattr(mng, "paged_tensors", [])
     monkeypatch.setattr(mng, "_registered", [])
     user = [F.get_paged(n, device="cpu") for n in (1, 2)]

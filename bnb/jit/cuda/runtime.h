@@ -30,7 +30,7 @@ class CudaRuntime : public Runtime {
   absl::StatusOr<uintptr_t> AllocManaged(int device, size_t bytes) override;
   // cuCtxSynchronize, then cuMemFree.
   absl::Status FreeManaged(int device, uintptr_t address) override;
-  // cuMemPrefetchAsync(_v2) to the device.
+  // cuMemPrefetchAsync(_v2) to the device or to host memory.
   absl::Status PrefetchManaged(int device, uintptr_t address, size_t bytes, void* stream,
                                bool to_host) override;
 };
