@@ -150,13 +150,17 @@ void Gemm4PackedInt8(DType dtype, const Int8Activations& a, const Packed4& w, co
 #endif
 }
 
-bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products) {
+int64_t Gemm4PackedMaxRows(DType dtype, bool bf16_products) {
   switch (Choose(dtype, bf16_products)) {
-    case PackedKernel::kBf16: return M >= 1 && M <= kMaxBf16Rows;
-    case PackedKernel::kF32: return M >= 1 && M <= (dtype == DType::kFloat16 ? kMaxF16Rows : kMaxF32Rows);
+    case PackedKernel::kBf16: return kMaxBf16Rows;
+    case PackedKernel::kF32: return dtype == DType::kFloat16 ? kMaxF16Rows : kMaxF32Rows;
     case PackedKernel::kNone: break;
   }
-  return false;
+  return 0;
+}
+
+bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products) {
+  return M >= 1 && M <= Gemm4PackedMaxRows(dtype, bf16_products);
 }
 
 void Gemm4Packed(DType dtype, const void* A, int64_t M, const Packed4& w, const float* code16, const void* bias,

@@ -47,6 +47,9 @@ void Pack4(const uint8_t* B, const float* absmax, int64_t N, int64_t K, int64_t 
 // bfloat16 products (bfloat16 A, AVX512-BF16, bf16_products: gemv4.h's knob) up to 64 rows, float32 products up to
 // 128 rows (float16 A: 256), where they beat dequantize + matmul.
 bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products = true);
+// The most rows of A one Gemm4Packed call takes for `dtype` (0 where it has no kernel); callers with more run it
+// on slices of A's rows (the weight read once per slice: as fast as dequantize + matmul there).
+int64_t Gemm4PackedMaxRows(DType dtype, bool bf16_products = true);
 
 // out[r, n] = sum_k A[r, k] * W[n, k] (+ bias[n]) for the M rows of A (row-major, K apart, `dtype`) and W's rows in
 // tiles [t0, t1) (those below N), out row-major (N apart) and bias (N values or null) in `dtype`; each output

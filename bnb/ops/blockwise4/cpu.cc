@@ -165,8 +165,9 @@ struct Cpu {
     });
   }
 
-  // The packed product where bnb/core has a kernel for A's dtype and rows (core::Gemm4PackedRuns, or
-  // core::Gemm4PackedInt8Runs with int8 activations, which are quantized once per call), tiles split over threads.
+  // The packed product where bnb/core has a kernel for A's dtype (core::Gemm4PackedMaxRows, or
+  // core::Gemm4PackedInt8Runs with int8 activations, which are quantized once per call), tiles split over threads;
+  // more rows than one call of the kernel takes run as slices of A's rows of equal size, one after another.
   static bool GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
                          int64_t N, int64_t K, int64_t blocksize, const at::Tensor& code,
                          const c10::optional<at::Tensor>& bias, bool int8_activations, at::Tensor& out) {
@@ -175,9 +176,8 @@ struct Cpu {
     absl::StatusOr<core::CpuSettings> settings = core::CurrentCpuSettings();
     TORCH_CHECK(settings.ok(), "bnb::", op, ": ", settings.status().message());
     const bool bf16_products = settings->gemv_bf16_products;
-    if (int8_activations ? !core::Gemm4PackedInt8Runs() : !core::Gemm4PackedRuns(dtype, M, bf16_products)) {
-      return false;
-    }
+    const int64_t max_rows = core::Gemm4PackedMaxRows(dtype, bf16_products);
+    if (int8_activations ? !core::Gemm4PackedInt8Runs() : max_rows == 0) return false;
     const at::Tensor a = A.contiguous(), c = code.contiguous(), cs = codes.contiguous(), ss = scales.contiguous();
     const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
     const core::Packed4 w{cs.data_ptr<uint8_t>(), ss.data_ptr<float>(), N, K, blocksize};
@@ -193,9 +193,16 @@ struct Cpu {
       });
       return true;
     }
-    ParallelOverBlocks(op, core::Packed4Tiles(N), core::kPackRows * K * M, [&](int64_t t0, int64_t t1) {
-      core::Gemm4Packed(dtype, ap, M, w, cp, biasp, outp, t0, t1, bf16_products);
-    });
+    const int64_t slices = (M + max_rows - 1) / max_rows, rows = (M + slices - 1) / slices;
+    const int64_t item = static_cast<int64_t>(a.element_size());
+    for (int64_t r0 = 0; r0 < M; r0 += rows) {
+      const int64_t m = std::min(rows, M - r0);
+      const void* as = static_cast<const char*>(ap) + r0 * K * item;
+      void* os = static_cast<char*>(outp) + r0 * N * item;
+      ParallelOverBlocks(op, core::Packed4Tiles(N), core::kPackRows * K * m, [&](int64_t t0, int64_t t1) {
+        core::Gemm4Packed(dtype, as, m, w, cp, biasp, os, t0, t1, bf16_products);
+      });
+    }
     return true;
   }
 
