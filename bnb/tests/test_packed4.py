@@ -1,12 +1,13 @@
 """The CPU layout of a 4-bit weight: bnb::pack_4bit and bnb::gemm_4bit_packed against the reference kernels, and
-matmul_4bit / Linear4bit taking it (knob cpu.pack_4bit): same results as bitsandbytes' layout within rounding, a new
-layout when the weight changes, state dicts untouched."""
+matmul_4bit's tiled copy of a weight given as tensors (knob cpu.pack_4bit): same results as bitsandbytes' layout
+within rounding, a new copy when the weight changes. Linear4bit's repack in place: test_cpu_layout.py."""
 
 import pytest
 import torch
 
 import bnb
 from bnb import _C
+from bnb import cpu_layout
 from bnb import functional as F
 from bnb.reference import blockwise4 as ref
 
@@ -59,7 +60,9 @@ def test_product_is_as_exact_as_the_reference(dtype, M):
     exact = A.double() @ ref.dequantize_with_code(B, absmax, code, bs, [N, K], torch.float64).T + bias.double()
     err, ref_err = (got.double() - exact).abs().mean(), (want.double() - exact).abs().mean()
     assert err <= ref_err * 1.05, (err, ref_err)
-    if not _C.gemm4_packed_runs(str(dtype), M):  # the weight dequantized by ATen ops: the reference's bits
+    # Rows past one kernel call's run as slices of A; with no kernel for the dtype, the weight is dequantized by
+    # ATen ops: the reference's bits.
+    if not _C.gemm4_packed_runs(str(dtype), 1):
         assert torch.equal(got, want)
 
 
@@ -85,9 +88,15 @@ def linear(compress, dtype=torch.bfloat16):
     return layer.eval()
 
 
+def product(layer, x):
+    """matmul_4bit on the layer's weight as tensors (the functional form, whose tiled copy these tests follow)."""
+    return bnb.matmul_4bit(x, layer.weight.data.t(), layer.weight.quant_state, bias=layer.bias)
+
+
 def dense_result(layer, x):
-    state = layer.weight.quant_state  # the weight in float64, not in the layer's bfloat16
-    W = ref.dequantize_with_code(layer.weight.data, F._absmax_of(state), ref.code4(state.quant_type), state.blocksize,
+    # The weight in float64, not in the layer's bfloat16 (read as bitsandbytes' bytes where the layer repacked it).
+    B, state = cpu_layout.plain_form(layer.weight.data, layer.weight.quant_state)
+    W = ref.dequantize_with_code(B, F._absmax_of(state), ref.code4(state.quant_type), state.blocksize,
                                  list(state.shape), torch.float64)
     return x.double() @ W.T + layer.bias.double()
 
@@ -100,16 +109,16 @@ def knob():
 
 @pytest.mark.parametrize("compress", [False, True])
 @pytest.mark.parametrize("rows", [1, 16])
-def test_linear4bit_takes_the_layout_without_grad(knob, compress, rows):
+def test_matmul_4bit_takes_the_layout_without_grad(knob, compress, rows):
     layer = linear(compress)
     x = torch.randn(rows, 256, dtype=torch.bfloat16)
     state = layer.weight.quant_state
     with torch.no_grad():
         bnb.config.set("cpu.pack_4bit", False)
-        plain = layer(x)
+        plain = product(layer, x)
         assert getattr(state, "_cpu_pack", None) is None
         bnb.config.set("cpu.pack_4bit", True)
-        packed = layer(x)
+        packed = product(layer, x)
     runs = _C.gemm4_packed_runs("bfloat16", rows)
     assert (getattr(state, "_cpu_pack", None) is not None) == runs
     exact = dense_result(layer, x)
@@ -123,15 +132,15 @@ def test_a_changed_weight_gets_a_new_layout(knob):
     layer = linear(False)
     x = torch.randn(1, 256, dtype=torch.bfloat16)
     with torch.no_grad():
-        first = layer(x)
+        first = product(layer, x)
         # In place through the parameter (its version counter moves): codes of another weight.
         other = linear(False)
         other_B = other.weight.data.clone()
         layer.weight.copy_(torch.flip(other_B, [0]))
         layer.weight.quant_state.absmax.mul_(2)
-        second = layer(x)
+        second = product(layer, x)
         bnb.config.set("cpu.pack_4bit", False)
-        plain = layer(x)
+        plain = product(layer, x)
     assert not torch.equal(first, second)
     torch.testing.assert_close(second.float(), plain.float(), rtol=0.02, atol=0.05)
 
@@ -143,11 +152,14 @@ def test_grad_and_non_finite_scales_keep_bitsandbytes_layout(knob):
     assert x.grad is not None and getattr(layer.weight.quant_state, "_cpu_pack", None) is None
     layer.weight.quant_state.absmax[3] = float("inf")
     with torch.no_grad():
-        y = layer(x.detach())
+        y = product(layer, x.detach())
+        in_module = layer(x.detach())  # not repacked either
+        assert cpu_layout.layout_of(layer.weight.quant_state) is None
         bnb.config.set("cpu.pack_4bit", False)
-        plain = layer(x.detach())
+        plain = product(layer, x.detach())
     if _C.gemm4_packed_runs("float32", 1):  # checked once, then kept unpacked (no kernel: never looked at)
         assert layer.weight.quant_state._cpu_pack[2] is None
+    assert torch.equal(in_module.isnan(), plain.isnan())
     assert torch.equal(torch.isnan(y), torch.isnan(plain))
 
 
@@ -155,12 +167,12 @@ def test_a_weight_replaced_through_data_gets_a_new_layout(knob):
     layer = linear(False)
     x = torch.randn(1, 256, dtype=torch.bfloat16)
     with torch.no_grad():
-        first = layer(x)
+        first = product(layer, x)
         new = torch.flip(layer.weight.data.clone(), [0])
         layer.weight.data = new  # a new tensor: another address, while the cache holds the old one
-        second = layer(x)
+        second = product(layer, x)
         bnb.config.set("cpu.pack_4bit", False)
-        plain = layer(x)
+        plain = product(layer, x)
     assert not torch.equal(first, second)
     assert_close_bf16(second, plain)
 
@@ -170,20 +182,23 @@ def assert_close_bf16(a, b):
 
 
 def test_inference_mode_weights_and_layouts(knob):
-    # Weights made under inference_mode track no version: they keep bitsandbytes' layout (no crash, no stale
-    # copy). A layout made under inference_mode serves later calls outside it.
+    # Weights made under inference_mode track no version and cannot take other data outside it: they keep
+    # bitsandbytes' layout, in the module and in matmul_4bit (no crash, no stale copy). A layout made under
+    # inference_mode serves later calls outside it, the module's and a tiled copy.
     x = torch.randn(1, 256, dtype=torch.bfloat16)
     with torch.inference_mode():
         made_inside = linear(False)
-        y = made_inside(x)
+        y, y_product = made_inside(x), product(made_inside, x)
     assert getattr(made_inside.weight.quant_state, "_cpu_pack", None) is None
-    layer = linear(False)
-    with torch.inference_mode():
-        inside = layer(x)
-    with torch.no_grad():
-        outside = layer(x)
-    assert torch.equal(inside, outside)
-    assert y.shape == (1, 80)
+    assert cpu_layout.layout_of(made_inside.weight.quant_state) is None
+    for call in (lambda layer: layer(x), lambda layer: product(layer, x)):
+        layer = linear(False)
+        with torch.inference_mode():
+            inside = call(layer)
+        with torch.no_grad():
+            outside = call(layer)
+        assert torch.equal(inside, outside)
+    assert y.shape == y_product.shape == (1, 80)
 
 
 @pytest.mark.parametrize("storage", [torch.uint8, torch.bfloat16, torch.float32])
@@ -297,7 +312,7 @@ def test_linear4bit_with_int8_activations(knob, cap, rows):
     if not _C.gemm4_packed_int8_runs():  # no kernel: the knob changes nothing
         assert torch.equal(got, default)
         return
-    codes, scales = state._cpu_pack[2]
+    codes, scales = layer.weight.data.reshape(-1), cpu_layout.layout_of(state).scales  # repacked in place
     want = ref.gemm_4bit_packed(x, codes, scales, list(state.shape), state.blocksize, ref.code4("nf4"),
                                 layer.bias, True)
     assert torch.equal(got, want)

@@ -10,6 +10,7 @@ import torch
 
 from . import _C
 from . import config as bnb_config
+from . import cpu_layout
 from . import functional as F
 from .quant_state import QuantState
 
@@ -70,6 +71,8 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
         raise ValueError(f"matmul_4bit: quant_state.shape must be 2D [N, K], got {list(quant_state.shape)}")
     N, K = quant_state.shape
     packed = _cpu_packed(A, B, quant_state, bias)
+    if packed is None:  # a weight in the tiled CPU layout that this call cannot multiply so: bitsandbytes' bytes
+        B, quant_state = cpu_layout.plain_form(B, quant_state)
     if packed is not None:
         codes, scales, int8 = packed
         # The bias in A's dtype, added to each float32 sum inside the op and rounded once with it (as gemm_4bit).
@@ -97,22 +100,29 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
 
 def _cpu_packed(A, B, quant_state, bias) -> Optional[tuple[torch.Tensor, torch.Tensor, bool]]:
     """The weight's tiled CPU layout (codes, scales of bnb::pack_4bit, and whether to quantize A to int8: knob
-    cpu.int8_activations, where its kernel runs) where this product takes it, else None: on the CPU, in eager mode,
-    without grad, knob cpu.pack_4bit on, a shape the layout takes, a CPU kernel for A's dtype and rows (int8
+    cpu.int8_activations, where its kernel runs) where this product takes it, else None: on the CPU, without grad,
+    and either the weight itself in the layout (Linear4bit's repack, cpu_layout), or in eager mode, knob cpu.pack_4bit on, a shape the layout takes, a CPU kernel for A's dtype and rows (int8
     activations: any), every block scale finite (a non-finite one keeps gemv_4bit's rule), and weight tensors that
     are not inference tensors (made under torch.inference_mode, they track no version). Made at first use and kept on
     quant_state, keyed by the identity and version counter of B and of the scales' tensors: an in-place change
     through them, or a tensor put in their place, makes a new one (a write in place through .data, which bumps no
     version, is not seen)."""
-    if (A.device.type != "cpu" or B.device.type != "cpu" or torch.compiler.is_compiling()
-            or A.dtype not in _GEMV_DTYPES or A.dim() == 0):
+    if (A.device.type != "cpu" or B.device.type != "cpu" or A.dtype not in _GEMV_DTYPES or A.dim() == 0
+            or A.numel() == 0 or A.shape[-1] != quant_state.shape[-1]):
         return None
     if torch.is_grad_enabled() and (A.requires_grad or (bias is not None and bias.requires_grad)):
         return None
+    layout = cpu_layout.layout_of(quant_state)
+    if layout is not None:  # the weight itself is in the layout (Linear4bit repacked it): any rows, also compiled
+        # Compiled code takes the default products: a knob read (C++) would break the graph.
+        int8 = (not torch.compiler.is_compiling() and bool(bnb_config.get("cpu.int8_activations"))
+                and _C.gemm4_packed_int8_runs())
+        return cpu_layout.codes_of(B, quant_state), layout.scales, int8
+    if torch.compiler.is_compiling():
+        return None
     N, K = quant_state.shape
     blocksize = quant_state.blocksize
-    if (A.shape[-1] != K or A.numel() == 0 or not _C.packed4_fits(N, K, blocksize)
-            or not bnb_config.get("cpu.pack_4bit")):
+    if not _C.packed4_fits(N, K, blocksize) or not bnb_config.get("cpu.pack_4bit"):
         return None
     int8 = bool(bnb_config.get("cpu.int8_activations")) and _C.gemm4_packed_int8_runs()
     if not int8 and not _C.gemm4_packed_runs(str(A.dtype), A.numel() // K):

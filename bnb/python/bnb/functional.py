@@ -10,6 +10,7 @@ import itertools
 import torch
 
 from . import _C
+from . import cpu_layout
 from .quant_state import QuantState
 
 __all__ = [
@@ -319,7 +320,9 @@ def dequantize_4bit(
 def _dequantize_4bit(A: torch.Tensor, quant_state: QuantState, out: Optional[torch.Tensor] = None,
                      dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """The weight of shape quant_state.shape, whatever A's layout (the modules' and matmul_4bit's form), in `dtype`
-    (default: the state's), computed there directly rather than rounded to the state's dtype first."""
+    (default: the state's), computed there directly rather than rounded to the state's dtype first. A weight in
+    the tiled CPU layout (cpu_layout) is read through bitsandbytes' bytes unpacked from it."""
+    A, quant_state = cpu_layout.plain_form(A, quant_state)
     _check_4bit(quant_state.blocksize, quant_state.quant_type, quant_state.dtype, "4-bit dequantization")
     absmax = _absmax_of(quant_state)
     dtype = quant_state.dtype if dtype is None else dtype
@@ -357,6 +360,7 @@ def gemv_4bit(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = No
 
 def _gemv_4bit(A: torch.Tensor, B: torch.Tensor, state: QuantState, code: torch.Tensor,
                out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    B, state = cpu_layout.plain_form(B, state)  # a weight in the tiled CPU layout: bitsandbytes' bytes
     # Nested statistics go to the op as they are: the CPU kernel reads them a band at a time, where a float32
     # absmax of the whole weight, made per call, cost more than the product of a small weight.
     absmax, nested = _scale_args(state)

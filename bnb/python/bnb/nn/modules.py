@@ -12,6 +12,8 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from .. import config as bnb_config
+from .. import cpu_layout
 from .. import functional as F
 from ..autograd import matmul_4bit
 from ..quant_state import QuantState
@@ -56,6 +58,7 @@ class Params4bit(nn.Parameter):
         if "data" in state:
             self.requires_grad = state["requires_grad"]
             self.data = state["data"]
+        cpu_layout.rebind(self)
 
     def __reduce_ex__(self, proto):
         # nn.Parameter's own reduction rebuilds a plain Parameter: a pickled module (torch.save(model)) would come
@@ -66,9 +69,11 @@ class Params4bit(nn.Parameter):
         # The copy belongs to the copy of its module when that module is being deep-copied (it is in memo then),
         # and to no module when the parameter is copied alone.
         module = memo.get(id(self.module)) if self.module is not None else None
-        return type(self).__new__(type(self), copy.deepcopy(self.data, memo), self.requires_grad,
-                                  copy.deepcopy(self.quant_state, memo), self.blocksize, self.compress_statistics,
-                                  self.quant_type, self.quant_storage, module, self.bnb_quantized)
+        result = type(self).__new__(type(self), copy.deepcopy(self.data, memo), self.requires_grad,
+                                    copy.deepcopy(self.quant_state, memo), self.blocksize, self.compress_statistics,
+                                    self.quant_type, self.quant_storage, module, self.bnb_quantized)
+        cpu_layout.rebind(result)
+        return result
 
     @classmethod
     def from_prequantized(cls, data: torch.Tensor, quantized_stats: dict[str, Any], requires_grad: bool = False,
@@ -146,6 +151,8 @@ class Params4bit(nn.Parameter):
         device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
         if device is not None and device.type != "meta" and not self.bnb_quantized:
             return self._quantize(device)
+        if device is not None and device.type != "cpu" and cpu_layout.layout_of(self.quant_state) is not None:
+            cpu_layout.restore(self)  # the tiled CPU layout stays on the CPU: bitsandbytes' bytes move
         if self.quant_state is not None and device is not None:
             self.quant_state.to(device)
         # dtype applies to the unquantized weight only: packed codes keep their storage type.
@@ -188,7 +195,10 @@ def _restore_weight(module: nn.Module) -> None:
     w = module.weight
     if isinstance(w, Params4bit) or state is None:
         return
-    if w.numel() * w.element_size() != (math.prod(state.shape) + 1) // 2:
+    want = (math.prod(state.shape) + 1) // 2
+    if cpu_layout.layout_of(state) is not None:
+        want = cpu_layout.code_bytes(*state.shape)
+    if w.numel() * w.element_size() != want:
         return  # not packed codes of this state: leave it as it is
     module.weight = Params4bit(w.data, requires_grad=w.requires_grad, module=module)._hold(w.data, state)
 
@@ -222,8 +232,13 @@ class _Quantized4bitModule:
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         _restore_weight(self)
-        super()._save_to_state_dict(destination, prefix, keep_vars)
         state = getattr(self.weight, "quant_state", None)
+        if keep_vars and cpu_layout.layout_of(state) is not None:
+            cpu_layout.restore(self.weight)  # the caller gets the Parameter itself: bitsandbytes' bytes again
+            state = self.weight.quant_state
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if cpu_layout.layout_of(state) is not None:  # bitsandbytes' bytes, bit for bit; the weight stays repacked
+            destination[prefix + "weight"] = cpu_layout.plain_form(self.weight.data, state)[0]
         if state is not None:
             for k, v in state.as_dict(packed=True).items():
                 destination[prefix + "weight." + k] = v if keep_vars else v.detach()
@@ -342,9 +357,29 @@ class Linear4bit(_Quantized4bitModule, nn.Linear):
         in_dtype = x.dtype
         if self.compute_dtype is not None and self.compute_dtype != in_dtype:
             x = x.to(self.compute_dtype)
+        if x.device.type == "cpu" and not torch.compiler.is_compiling():
+            state = self._settle_cpu_layout(x, state)
         # The bias as it is: matmul_4bit adds it with one rounding, alike in eager and compiled code.
         y = matmul_4bit(x, self.weight, quant_state=state, bias=self.bias)
         return y if y.dtype == in_dtype else y.to(in_dtype)
+
+
+    def _settle_cpu_layout(self, x: torch.Tensor, state: QuantState) -> QuantState:
+        """The weight's layout for this call (cpu_layout), and the quant state to use: repacked in place for
+        inference (eval mode, no gradient wanted), as bitsandbytes repacks; back to bitsandbytes' bytes for a call
+        that wants gradients or with knob cpu.pack_4bit off. Training mode repacks nothing: a no-grad pass inside a
+        training loop would otherwise repack and restore the weights at every step."""
+        wants_grad = torch.is_grad_enabled() and (
+            x.requires_grad or (self.bias is not None and self.bias.requires_grad))
+        if cpu_layout.layout_of(state) is not None:
+            if wants_grad or not bnb_config.get("cpu.pack_4bit"):
+                cpu_layout.restore(self.weight)
+                return self.weight.quant_state
+            return state
+        if (self.training or wants_grad or state is not self.weight.quant_state
+                or not cpu_layout.repackable(self.weight, x.dtype) or not cpu_layout.repack(self.weight)):
+            return state
+        return self.weight.quant_state
 
 
 class LinearFP4(Linear4bit):
