@@ -48,10 +48,11 @@ const std::vector<KnobSpec>& AllKnobs() {
        "error of dequantize + F.linear in bfloat16; false multiplies the exact code values in float32, with about 2/3 "
        "of that error"},
       {"cpu.pack_4bit", KnobType::kBool, true, 0, 0,
-       "matmul_4bit / Linear4bit on the CPU, without grad, multiply a copy of the 4-bit weight in a tiled layout "
-       "(bnb::pack_4bit: rows in tiles of 16), made at the weight's first such use and kept with its quant_state: one "
-       "token about 1.1-1.4x, batches of 2-64 rows 1.2-1.9x faster (float16 to 256 rows, up to 3.4x), for as many "
-       "bytes again as the codes plus a float32 scale per block; false multiplies bitsandbytes' layout as it is"},
+       "matmul_4bit / Linear4bit on the CPU, without grad, multiply the 4-bit weight in a tiled layout "
+       "(bnb::pack_4bit: rows in tiles of 16): one token about 1.1-1.4x, batches of 2-64 rows 1.2-1.9x faster "
+       "(float16 to 256 rows, up to 3.4x). Linear4bit in eval mode repacks its weight in place (plus a float32 scale "
+       "per block); matmul_4bit on a weight given as tensors keeps a tiled copy with its quant_state (the codes' "
+       "bytes again); false multiplies bitsandbytes' layout as it is"},
       {"cpu.int8_activations", KnobType::kBool, false, 0, 0,
        "matmul_4bit / Linear4bit over the tiled layout (cpu.pack_4bit) quantize each row of the input to int8 per "
        "64 columns and multiply integers (gemm_4bit_packed's int8_activations, as llama.cpp does), where the CPU "
