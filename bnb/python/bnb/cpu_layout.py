@@ -26,11 +26,14 @@ _ROWS, _COLS = 16, 64  # bnb/core/gemm4_packed.h: rows per tile, columns per gro
 
 @dataclass(eq=False)
 class CpuLayout:
-    """What a marked quant_state adds: the layout's float32 block scales, the tensor of bitsandbytes' codes it
+    """What a marked quant_state adds: the layout's float32 block scales (with the shape and code values the
+    product takes), the tensor of bitsandbytes' codes it
     replaced (its dtype and shape: quant_storage) and that state itself (`plain`), and the address of the tiled codes
     it describes (a weight's own data; bnb refuses other tensors with this state rather than misread them)."""
 
     scales: torch.Tensor
+    shape: list       # [N, K]
+    code: torch.Tensor  # the quant_type's 16 values (float32, CPU)
     storage_dtype: torch.dtype
     storage_shape: tuple
     plain: QuantState
@@ -87,6 +90,18 @@ def plain_form(B: torch.Tensor, state: QuantState) -> tuple[torch.Tensor, QuantS
     return data.view(layout.storage_dtype).reshape(layout.storage_shape), layout.plain
 
 
+def product(x: torch.Tensor, weight, state: QuantState, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """x @ W.T (+ bias) for a repacked `weight` with its marked `state`, x on the CPU in a dtype the op takes: what
+    matmul_4bit calls for it (the bias in x's dtype, added inside the op), without its general checks, which cost
+    more than the product of a small layer's one token."""
+    int8 = bool(bnb_config.get("cpu.int8_activations")) and _C.gemm4_packed_int8_runs()
+    with torch._C.DisableTorchFunctionSubclass():
+        codes = weight.reshape(-1)
+    layout = state.__dict__["cpu_layout"]
+    return torch.ops.bnb.gemm_4bit_packed(x, codes, layout.scales, layout.shape, state.blocksize, layout.code,
+                                          None if bias is None else bias.to(x.dtype), int8)
+
+
 def repackable(weight, dtype: torch.dtype) -> bool:
     """Whether Linear4bit may repack `weight` (a quantized Params4bit) for products in `dtype` on this CPU: the
     layout takes its shape, a kernel takes the dtype (or int8 activations are on), its scales are finite, and its
@@ -118,7 +133,8 @@ def repack(weight) -> bool:
         codes, scales = torch.ops.bnb.pack_4bit(data, [N, K], scales, state.blocksize)
     state.__dict__.pop("_cpu_pack", None)  # matmul_4bit's copy for this state: it held the old bytes too
     marked = copy.copy(state)
-    marked.cpu_layout = CpuLayout(scales, data.dtype, tuple(data.shape), state, codes.data_ptr())
+    marked.cpu_layout = CpuLayout(scales, [N, K], F._code4(state.quant_type, codes.device), data.dtype,
+                                  tuple(data.shape), state, codes.data_ptr())
     weight._hold(codes.view(-1, 1), marked)
     return True
 

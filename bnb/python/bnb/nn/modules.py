@@ -359,10 +359,12 @@ class Linear4bit(_Quantized4bitModule, nn.Linear):
             x = x.to(self.compute_dtype)
         if x.device.type == "cpu" and not torch.compiler.is_compiling():
             state = self._settle_cpu_layout(x, state)
+            if cpu_layout.layout_of(state) is not None and x.dtype in F._FLOATS and x.numel() > 0:
+                y = cpu_layout.product(x, self.weight, state, self.bias)  # what matmul_4bit would call, directly
+                return y if y.dtype == in_dtype else y.to(in_dtype)
         # The bias as it is: matmul_4bit adds it with one rounding, alike in eager and compiled code.
         y = matmul_4bit(x, self.weight, quant_state=state, bias=self.bias)
         return y if y.dtype == in_dtype else y.to(in_dtype)
-
 
     def _settle_cpu_layout(self, x: torch.Tensor, state: QuantState) -> QuantState:
         """The weight's layout for this call (cpu_layout), and the quant state to use: repacked in place for
