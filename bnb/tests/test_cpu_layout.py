@@ -226,3 +226,32 @@ def test_without_a_kernel_nothing_is_repacked():
     with torch.no_grad():
         y = lin(torch.randn(2, 256, dtype=torch.bfloat16))
     assert cpu_layout.layout_of(lin.weight.quant_state) is None and y.shape == (2, 72)
+
+
+@needs_kernel
+def test_threads_calling_one_layer_see_one_layout():
+    # The first calls repack while others run: each call takes the layout and the codes in it together.
+    import threading
+    x = torch.randn(2, 256, dtype=torch.bfloat16)
+    results, errors = [], []
+    for trial in range(8):
+        lin, before = repacked(N=64)
+        lin = before  # not yet repacked: the threads race to it
+        with torch.no_grad():
+            want = copy.deepcopy(lin)(x)
+
+        def call():
+            try:
+                with torch.no_grad():
+                    for _ in range(5):
+                        results.append(torch.equal(lin(x), want))
+            except Exception as e:  # noqa: BLE001  (reported below)
+                errors.append(e)
+
+        threads = [threading.Thread(target=call) for _ in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert cpu_layout.layout_of(lin.weight.quant_state) is not None
+    assert not errors and all(results) and len(results) == 8 * 4 * 5

@@ -12,6 +12,7 @@ by itself, not through bnb, sees the tiled bytes, as with bitsandbytes' CPU layo
 from __future__ import annotations
 
 import copy
+import threading
 from dataclasses import dataclass
 from typing import Optional
 
@@ -22,6 +23,10 @@ from . import config as bnb_config
 from .quant_state import QuantState
 
 _ROWS, _COLS = 16, 64  # bnb/core/gemm4_packed.h: rows per tile, columns per group
+
+# Held while a weight changes layout and while a caller takes a weight's (data, state) pair: a layer called from
+# several threads must not read a state with the other layout's bytes.
+LOCK = threading.RLock()
 
 
 @dataclass(eq=False)
@@ -90,13 +95,11 @@ def plain_form(B: torch.Tensor, state: QuantState) -> tuple[torch.Tensor, QuantS
     return data.view(layout.storage_dtype).reshape(layout.storage_shape), layout.plain
 
 
-def product(x: torch.Tensor, weight, state: QuantState, bias: Optional[torch.Tensor]) -> torch.Tensor:
-    """x @ W.T (+ bias) for a repacked `weight` with its marked `state`, x on the CPU in a dtype the op takes: what
-    matmul_4bit calls for it (the bias in x's dtype, added inside the op), without its general checks, which cost
-    more than the product of a small layer's one token."""
+def product(x: torch.Tensor, codes: torch.Tensor, state: QuantState, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """x @ W.T (+ bias) for a repacked weight's tiled `codes` (flat) and its marked `state`, x on the CPU in a dtype
+    the op takes: what matmul_4bit calls for it (the bias in x's dtype, added inside the op), without its general
+    checks, which cost more than the product of a small layer's one token."""
     int8 = bool(bnb_config.get("cpu.int8_activations")) and _C.gemm4_packed_int8_runs()
-    with torch._C.DisableTorchFunctionSubclass():
-        codes = weight.reshape(-1)
     layout = state.__dict__["cpu_layout"]
     return torch.ops.bnb.gemm_4bit_packed(x, codes, layout.scales, layout.shape, state.blocksize, layout.code,
                                           None if bias is None else bias.to(x.dtype), int8)
@@ -123,6 +126,11 @@ def repack(weight) -> bool:
     codes and its quant_state (and its module's) a marked copy of the old one. False, the weight unchanged, where a
     block scale is infinite or NaN (such rows follow gemv_4bit's rule, which the layout does not keep)."""
     from . import functional as F
+    with LOCK:
+        return _repack(weight, F)
+
+
+def _repack(weight, F) -> bool:
     state = weight.quant_state
     N, K = state.shape
     scales = F._absmax_of(state).float().contiguous()
@@ -141,8 +149,10 @@ def repack(weight) -> bool:
 
 def restore(weight) -> None:
     """Returns a repacked `weight` to bitsandbytes' bytes and its original quant_state, in place."""
-    data, plain = plain_form(weight.data, weight.quant_state)
-    weight._hold(data.contiguous(), plain)
+    with LOCK:
+        if layout_of(weight.quant_state) is not None:
+            data, plain = plain_form(weight.data, weight.quant_state)
+            weight._hold(data.contiguous(), plain)
 
 
 def rebind(weight) -> None:

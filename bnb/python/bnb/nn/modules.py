@@ -231,6 +231,10 @@ class _Quantized4bitModule:
     """State-dict behaviour shared by the 4-bit modules: bitsandbytes' keys out, and in."""
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
+        with cpu_layout.LOCK:  # the weight's data and state as one pair
+            self._save_quantized(destination, prefix, keep_vars)
+
+    def _save_quantized(self, destination, prefix, keep_vars):
         _restore_weight(self)
         state = getattr(self.weight, "quant_state", None)
         if keep_vars and cpu_layout.layout_of(state) is not None:
@@ -357,13 +361,18 @@ class Linear4bit(_Quantized4bitModule, nn.Linear):
         in_dtype = x.dtype
         if self.compute_dtype is not None and self.compute_dtype != in_dtype:
             x = x.to(self.compute_dtype)
+        weight = self.weight
         if x.device.type == "cpu" and not torch.compiler.is_compiling():
-            state = self._settle_cpu_layout(x, state)
+            # The layout this call uses and the codes in it, taken together (another thread may change the layout
+            # after): a view of the weight, which keeps its storage and its version counter.
+            with cpu_layout.LOCK, torch._C.DisableTorchFunctionSubclass():
+                state = self._settle_cpu_layout(x, _state_of(self))  # read again: the state of this moment
+                weight = self.weight.detach()
             if cpu_layout.layout_of(state) is not None and x.dtype in F._FLOATS and x.numel() > 0:
-                y = cpu_layout.product(x, self.weight, state, self.bias)  # what matmul_4bit would call, directly
+                y = cpu_layout.product(x, weight.reshape(-1), state, self.bias)  # what matmul_4bit would call
                 return y if y.dtype == in_dtype else y.to(in_dtype)
         # The bias as it is: matmul_4bit adds it with one rounding, alike in eager and compiled code.
-        y = matmul_4bit(x, self.weight, quant_state=state, bias=self.bias)
+        y = matmul_4bit(x, weight, quant_state=state, bias=self.bias)
         return y if y.dtype == in_dtype else y.to(in_dtype)
 
     def _settle_cpu_layout(self, x: torch.Tensor, state: QuantState) -> QuantState:
