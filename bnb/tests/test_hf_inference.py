@@ -10,6 +10,7 @@ from hf_helpers import cosine, import_stack, save_tiny_llama, token_ids
 transformers, peft, accelerate = import_stack()
 
 import bnb  # noqa: E402
+from bnb import _C, cpu_layout  # noqa: E402
 from bnb import functional as F  # noqa: E402
 from helpers import assert_same_bits  # noqa: E402
 from transformers import BitsAndBytesConfig, LlamaForCausalLM  # noqa: E402
@@ -91,14 +92,21 @@ def test_greedy_generation_is_deterministic_and_follows_the_logits(model_dir):
 
 def test_save_pretrained_and_reload_are_bit_exact(model_dir, tmp_path):
     model = load_nf4(model_dir, torch.bfloat16)
+    stored = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():  # an eval forward first: on an AVX-512 CPU, Linear4bit repacks its weights in place
+        model(token_ids())
+    if _C.gemm4_packed_runs("bfloat16", 1):
+        assert all(cpu_layout.layout_of(m.weight.quant_state) is not None
+                   for m in quantized_linears(model, bnb.nn.Linear4bit).values())
     model.save_pretrained(tmp_path)
     reloaded = LlamaForCausalLM.from_pretrained(tmp_path, device_map="cpu").eval()  # its config says how
     assert isinstance(reloaded.model.layers[1].mlp.down_proj, bnb.nn.Linear4bit)
     saved, loaded = model.state_dict(), reloaded.state_dict()
-    assert saved.keys() == loaded.keys()
+    assert saved.keys() == loaded.keys() == stored.keys()
     assert any(k.endswith("quant_state.bitsandbytes__nf4") for k in saved), sorted(saved)[:20]
-    for key in saved:
+    for key in saved:  # bitsandbytes' bytes, as loaded, whatever layout the weights were in when saved
         assert_same_bits(loaded[key], saved[key])
+        assert_same_bits(saved[key], stored[key])
     with torch.no_grad():
         assert_same_bits(reloaded(token_ids()).logits, model(token_ids()).logits)
 
