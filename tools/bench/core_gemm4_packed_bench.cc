@@ -2,7 +2,7 @@
 // int8-activation product over it (its activations quantized in each call), 1 and 2 threads, bfloat16 and float32
 // A, one row and batches; weights cycled over copies larger than the last-level cache, so each call reads its weight
 // from memory, and a copy of as many bytes as the limit.
-// Usage: core_gemm4_packed_bench [--rounds N]
+// Usage: core_gemm4_packed_bench [--rounds N] [--batches M1,M2,...]
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -134,8 +134,22 @@ void Run(int64_t N, int64_t K, int64_t M, DType dtype, int threads, int rounds) 
 
 int main(int argc, char** argv) {
   int rounds = 15;
+  std::vector<int64_t> batches;  // --batches 16,64: those bfloat16 batches alone (A/B runs of the batch kernel)
   for (int k = 1; k + 1 < argc; ++k) {
     if (std::string(argv[k]) == "--rounds") rounds = std::max(1, std::atoi(argv[k + 1]));
+    if (std::string(argv[k]) == "--batches") {
+      for (const char* p = argv[k + 1]; *p != 0;) {
+        char* end = nullptr;
+        batches.push_back(std::strtoll(p, &end, 10));
+        p = *end == ',' ? end + 1 : end;
+      }
+    }
+  }
+  if (!batches.empty()) {
+    for (int threads : {1, 2}) {
+      for (int64_t M : batches) Run(4096, 4096, M, DType::kBFloat16, threads, rounds);
+    }
+    return 0;
   }
   // Packing cost: one 4096 x 4096 weight, one thread.
   {
