@@ -193,8 +193,10 @@ def test_copies_keep_the_layout_and_their_own_memory():
     torch.save(lin, buf)
     buf.seek(0)
     for other in (copy.deepcopy(lin), torch.load(buf, weights_only=False)):
-        assert cpu_layout.layout_of(other.weight.quant_state) is not None
+        layout = cpu_layout.layout_of(other.weight.quant_state)
+        assert layout is not None and layout is not cpu_layout.layout_of(lin.weight.quant_state)
         assert other.weight.data_ptr() != lin.weight.data_ptr()
+        assert layout.codes.data_ptr() == other.weight.data_ptr()  # the copy's own codes, held once
         with torch.no_grad():
             assert torch.equal(other(x), want)
         assert torch.equal(F.dequantize_4bit(other.weight, other.weight.quant_state),
@@ -255,3 +257,18 @@ def test_threads_calling_one_layer_see_one_layout():
             th.join()
         assert cpu_layout.layout_of(lin.weight.quant_state) is not None
     assert not errors and all(results) and len(results) == 8 * 4 * 5
+
+
+@needs_kernel
+def test_shared_memory_keeps_the_layout():
+    # share_memory_() moves a storage's bytes in place (multiprocessing, hogwild): the state follows them.
+    lin, before = repacked()
+    x = torch.randn(3, 256, dtype=torch.bfloat16)
+    with torch.no_grad():
+        want = lin(x)
+    lin.share_memory()
+    assert lin.weight.is_shared()
+    with torch.no_grad():
+        assert torch.equal(lin(x), want)
+    assert torch.equal(F.dequantize_4bit(lin.weight, lin.weight.quant_state),
+                       F.dequantize_4bit(before.weight, before.weight.quant_state))

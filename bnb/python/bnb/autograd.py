@@ -101,8 +101,9 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
 def _cpu_packed(A, B, quant_state, bias) -> Optional[tuple[torch.Tensor, torch.Tensor, bool]]:
     """The weight's tiled CPU layout (codes, scales of bnb::pack_4bit, and whether to quantize A to int8: knob
     cpu.int8_activations, where its kernel runs) where this product takes it, else None: on the CPU, without grad,
-    and either the weight itself in the layout (Linear4bit's repack, cpu_layout), or in eager mode, knob cpu.pack_4bit on, a shape the layout takes, a CPU kernel for A's dtype and rows (int8
-    activations: any), every block scale finite (a non-finite one keeps gemv_4bit's rule), and weight tensors that
+    and either the weight itself in the layout (Linear4bit's repack, cpu_layout), or in eager mode, knob
+    cpu.pack_4bit on, a shape the layout takes, a CPU kernel for A's dtype and rows (int8 activations: any), every
+    block scale finite (a non-finite one keeps gemv_4bit's rule), and weight tensors that
     are not inference tensors (made under torch.inference_mode, they track no version). Made at first use and kept on
     quant_state, keyed by the identity and version counter of B and of the scales' tensors: an in-place change
     through them, or a tensor put in their place, makes a new one (a write in place through .data, which bumps no

@@ -32,9 +32,10 @@ LOCK = threading.RLock()
 @dataclass(eq=False)
 class CpuLayout:
     """What a marked quant_state adds: the layout's float32 block scales (with the shape and code values the
-    product takes), the tensor of bitsandbytes' codes it
-    replaced (its dtype and shape: quant_storage) and that state itself (`plain`), and the address of the tiled codes
-    it describes (a weight's own data; bnb refuses other tensors with this state rather than misread them)."""
+    product takes), the tensor of bitsandbytes' codes it replaced (its dtype and shape: quant_storage) and that state
+    itself (`plain`), and the tiled codes it describes (flat, sharing the weight's storage: no bytes of its own).
+    bnb refuses other tensors with this state rather than misread them; holding the codes keeps their memory from
+    being handed to another tensor that could then pass for them."""
 
     scales: torch.Tensor
     shape: list       # [N, K]
@@ -42,7 +43,7 @@ class CpuLayout:
     storage_dtype: torch.dtype
     storage_shape: tuple
     plain: QuantState
-    codes_ptr: int
+    codes: torch.Tensor
 
 
 def layout_of(state: Optional[QuantState]) -> Optional[CpuLayout]:
@@ -75,7 +76,7 @@ def codes_of(B: torch.Tensor, state: QuantState) -> torch.Tensor:
         return B.reshape(-1).view(torch.uint8)
     with torch._C.DisableTorchFunctionSubclass():  # Params4bit's __torch_function__ costs more than the check
         B = B.reshape(-1)
-    if B.data_ptr() != layout.codes_ptr:
+    if B.data_ptr() != layout.codes.data_ptr():
         raise ValueError(
             "bnb: this quant_state describes a weight repacked into the tiled CPU layout (Linear4bit did so for "
             f"inference), but the tensor given with it (shape {list(B.shape)}) is not that weight's data. Pass the "
@@ -142,7 +143,7 @@ def _repack(weight, F) -> bool:
     state.__dict__.pop("_cpu_pack", None)  # matmul_4bit's copy for this state: it held the old bytes too
     marked = copy.copy(state)
     marked.cpu_layout = CpuLayout(scales, [N, K], F._code4(state.quant_type, codes.device), data.dtype,
-                                  tuple(data.shape), state, codes.data_ptr())
+                                  tuple(data.shape), state, codes)
     weight._hold(codes.view(-1, 1), marked)
     return True
 
@@ -156,7 +157,8 @@ def restore(weight) -> None:
 
 
 def rebind(weight) -> None:
-    """After a copy (pickle, deepcopy) gave the weight new memory: its marked state describes that memory."""
+    """After a copy (pickle, deepcopy) gave the weight new memory: its marked state describes that memory (and lets
+    go of the copy of the codes it may have made)."""
     layout = layout_of(weight.quant_state)
     if layout is not None:
-        layout.codes_ptr = weight.data.data_ptr()
+        layout.codes = weight.data.reshape(-1)
