@@ -18,42 +18,6 @@ bool Packed4Fits(int64_t N, int64_t K, int64_t blocksize) {
          K % blocksize == 0;
 }
 
-void Pack4(const uint8_t* B, const float* absmax, int64_t N, int64_t K, int64_t blocksize, uint8_t* codes,
-           float* scales, int64_t t0, int64_t t1) {
-  const int64_t groups = K / kPackCols, blocks = K / blocksize;
-  for (int64_t t = t0; t < t1; ++t) {
-    for (int64_t c = 0; c < blocks; ++c) {
-      for (int64_t j = 0; j < kPackRows; ++j) {
-        const int64_t n = t * kPackRows + j;
-        scales[(t * blocks + c) * kPackRows + j] = n < N ? absmax[n * blocks + c] : 0.0f;
-      }
-    }
-    // Group by group: each row's 32 bytes (B's byte i: column 2i in its high nibble, 2i + 1 in its low one) become
-    // 16 pairs of bytes, pair p holding columns 2p + e (low nibbles) and 32 + 2p + e (high), e = 0, 1; the group's
-    // runs are those pairs transposed, run p = pair p of rows 0..15.
-    for (int64_t g = 0; g < groups; ++g) {
-      uint8_t pairs[kPackRows][32];
-      for (int64_t j = 0; j < kPackRows; ++j) {
-        const int64_t n = t * kPackRows + j;
-        if (n >= N) {
-          std::memset(pairs[j], 0, sizeof(pairs[j]));
-          continue;
-        }
-        const uint8_t* row = B + (n * K + g * kPackCols) / 2;
-        for (int p = 0; p < 16; ++p) {
-          const unsigned first = row[p], second = row[16 + p];
-          pairs[j][2 * p] = static_cast<uint8_t>((first >> 4) | (second & 0xF0));
-          pairs[j][2 * p + 1] = static_cast<uint8_t>((first & 0x0F) | ((second << 4) & 0xF0));
-        }
-      }
-      uint8_t* group = codes + (t * groups + g) * kPackGroupBytes;
-      for (int p = 0; p < 16; ++p) {
-        for (int64_t j = 0; j < kPackRows; ++j) std::memcpy(group + 32 * p + 2 * j, &pairs[j][2 * p], 2);
-      }
-    }
-  }
-}
-
 namespace {
 
 // Which kernel a call takes: the bfloat16 ones where gemv4's dispatch would take its bfloat16 kernel, the float32
@@ -99,6 +63,50 @@ void StoreTile(DType dtype, const float* sums, int64_t r0, int64_t rows, const P
 constexpr int64_t kInt8SweepRows = 64;
 
 }  // namespace
+
+void Pack4(const uint8_t* B, const float* absmax, int64_t N, int64_t K, int64_t blocksize, uint8_t* codes,
+           float* scales, int64_t t0, int64_t t1) {
+  const int64_t groups = K / kPackCols, blocks = K / blocksize;
+  // Whole tiles by vector code where the AVX-512 kernels run (the same bytes); the rest, and other CPUs, by this.
+  [[maybe_unused]] const bool vector = Choose(DType::kFloat32, true) != PackedKernel::kNone;
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t c = 0; c < blocks; ++c) {
+      for (int64_t j = 0; j < kPackRows; ++j) {
+        const int64_t n = t * kPackRows + j;
+        scales[(t * blocks + c) * kPackRows + j] = n < N ? absmax[n * blocks + c] : 0.0f;
+      }
+    }
+#if BNB_GEMV4_X86
+    if (vector && (t + 1) * kPackRows <= N) {
+      packed4_x86::PackTileCodes(B, K, t, codes);
+      continue;
+    }
+#endif
+    // Group by group: each row's 32 bytes (B's byte i: column 2i in its high nibble, 2i + 1 in its low one) become
+    // 16 pairs of bytes, pair p holding columns 2p + e (low nibbles) and 32 + 2p + e (high), e = 0, 1; the group's
+    // runs are those pairs transposed, run p = pair p of rows 0..15.
+    for (int64_t g = 0; g < groups; ++g) {
+      uint8_t pairs[kPackRows][32];
+      for (int64_t j = 0; j < kPackRows; ++j) {
+        const int64_t n = t * kPackRows + j;
+        if (n >= N) {
+          std::memset(pairs[j], 0, sizeof(pairs[j]));
+          continue;
+        }
+        const uint8_t* row = B + (n * K + g * kPackCols) / 2;
+        for (int p = 0; p < 16; ++p) {
+          const unsigned first = row[p], second = row[16 + p];
+          pairs[j][2 * p] = static_cast<uint8_t>((first >> 4) | (second & 0xF0));
+          pairs[j][2 * p + 1] = static_cast<uint8_t>((first & 0x0F) | ((second << 4) & 0xF0));
+        }
+      }
+      uint8_t* group = codes + (t * groups + g) * kPackGroupBytes;
+      for (int p = 0; p < 16; ++p) {
+        for (int64_t j = 0; j < kPackRows; ++j) std::memcpy(group + 32 * p + 2 * j, &pairs[j][2 * p], 2);
+      }
+    }
+  }
+}
 
 bool Gemm4PackedInt8Runs() {
 #if BNB_GEMV4_X86

@@ -136,7 +136,58 @@ BNB_TARGET_AVX512BF16 inline void RestPass(int rows, const uint8_t* run, __m512i
   }
 }
 
+// Transposes 8 x 8 16-bit words in each 128-bit lane: word p of r[j] goes to word j of r[p].
+BNB_TARGET_AVX512 inline void Transpose8x8Words(__m256i r[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {  // t[0..3] hold rows 0-3, t[4..7] rows 4-7
+    u[4 * i] = _mm256_unpacklo_epi32(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm256_unpackhi_epi32(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm256_unpacklo_epi32(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm256_unpackhi_epi32(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {  // u[i]: words 2i, 2i + 1 of rows 0-3; u[4 + i]: of rows 4-7
+    r[2 * i] = _mm256_unpacklo_epi64(u[i], u[4 + i]);
+    r[2 * i + 1] = _mm256_unpackhi_epi64(u[i], u[4 + i]);
+  }
+}
+
 }  // namespace
+
+// Per group, row j's 32 bytes (B's byte i: column 2i high nibble, 2i + 1 low) become 16 words, word p = bytes
+// a_p | b_p << 8 with a_p = (row[p] >> 4) | (row[16 + p] & 0xF0) and b_p = (row[p] & 0x0F) | (row[16 + p] << 4)
+// (columns 2p + e in the low nibbles, 32 + 2p + e in the high); run p is word p of rows 0..15. Rows j and j + 8 share
+// a vector (one per 128-bit lane), so after an 8 x 8 transpose per lane, vector p is run p whole.
+BNB_TARGET_AVX512 void PackTileCodes(const uint8_t* B, int64_t K, int64_t t, uint8_t* codes) {
+  const int64_t groups = K / kPackCols, row_bytes = K / 2;
+  const uint8_t* rows = B + t * kPackRows * row_bytes;
+  const __m256i low4 = _mm256_set1_epi8(0x0F), high4 = _mm256_set1_epi8(static_cast<char>(0xF0));
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i first[8], second[8];  // words 0-7 and 8-15 of rows j (low lane) and j + 8 (high lane)
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* r0 = rows + j * row_bytes + g * 32;
+      const uint8_t* r1 = r0 + 8 * row_bytes;
+      const __m256i lo =
+          _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(r1), reinterpret_cast<const __m128i*>(r0));
+      const __m256i hi = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(r1 + 16),
+                                             reinterpret_cast<const __m128i*>(r0 + 16));
+      const __m256i a = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), low4), _mm256_and_si256(hi, high4));
+      const __m256i b = _mm256_or_si256(_mm256_and_si256(lo, low4), _mm256_and_si256(_mm256_slli_epi16(hi, 4), high4));
+      first[j] = _mm256_unpacklo_epi8(a, b);
+      second[j] = _mm256_unpackhi_epi8(a, b);
+    }
+    Transpose8x8Words(first);
+    Transpose8x8Words(second);
+    uint8_t* group = codes + (t * groups + g) * kPackGroupBytes;
+    for (int p = 0; p < 8; ++p) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(group + 32 * p), first[p]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(group + 32 * (8 + p)), second[p]);
+    }
+  }
+}
 
 BNB_TARGET_AVX512BF16 void TileBf16One(const uint16_t* a, const Packed4& w, const uint16_t* table32, int64_t t,
                                        float* sums) {

@@ -42,10 +42,11 @@ int CodeAt(const Weight& w, int64_t n, int64_t k) {
   return i % 2 == 0 ? b >> 4 : b & 15;
 }
 
-TEST(Pack4, EveryElementGoesWhereTheLayoutSays) {
+// On every instruction set: whole tiles take vector code where the AVX-512 kernels run, the rest the scalar loop.
+TEST_P(EveryIsa, Pack4PutsEveryElementWhereTheLayoutSays) {
   std::mt19937 rng(1);
   for (const auto& [N, K, bs] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 64}, {17, 128, 64}, {32, 256, 128},
-                                 {5, 4096, 4096}, {40, 192, 64}}) {
+                                 {5, 4096, 4096}, {40, 192, 64}, {16, 64, 64}, {48, 1024, 256}, {63, 512, 64}}) {
     const Weight w = RandomWeight(N, K, bs, rng);
     ASSERT_TRUE(Packed4Fits(N, K, bs));
     std::vector<uint8_t> codes(Packed4CodeBytes(N, K), 0xEE);
