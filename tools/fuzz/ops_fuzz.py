@@ -1,8 +1,8 @@
 """Differential fuzzing of the ops through torch: random shapes, layouts (non-contiguous, offset views), dtypes,
 blocksizes, codebooks, instruction sets and thread counts, each op's kernel on every device present (the CPU; CUDA
 on a GPU machine) against the pure-torch reference kernel (bnb.reference) on the CPU, which it must equal bit for
-bit (gemv_4bit: within float32 summation error of a float64 product). Prints the first mismatch with the seed that
-replays it.
+bit (gemv_4bit, and the CPU's gemm_4bit_packed: within float32 summation error of a float64 product). Prints the
+first mismatch with the seed that replays it.
 
 Run: .venv/bin/python tools/fuzz/ops_fuzz.py [--seconds S] [--cases N] [--seed K]
 """
@@ -116,7 +116,7 @@ def run_case(seed: int) -> str | None:
     rng = random.Random(seed)
     knobs = {"cpu__isa": rng.choice(bnb._C.cpu_isas()), "cpu__threads": rng.randint(1, 4),
              "cpu__grain_elements": rng.choice([1024, 4096, 1 << 16])}
-    check = rng.choice([_check_8bit, _check_8bit, _check_4bit, _check_4bit, _check_gemv])
+    check = rng.choice([_check_8bit, _check_8bit, _check_4bit, _check_4bit, _check_gemv, _check_packed])
     with bnb.config.override(**knobs):
         return check(rng, torch.Generator().manual_seed(seed), f"seed {seed}: {knobs}")
 
@@ -233,6 +233,51 @@ def _check_gemv(rng: random.Random, gen: torch.Generator, where: str) -> str | N
             i = int((err - tolerance).argmax())
             return f"gemv_4bit, {dev}, {where}: output {i} is {got.flatten()[i].item()}, float64 " \
                    f"{want.flatten()[i].item()}"
+    return None
+
+
+def _check_packed(rng: random.Random, gen: torch.Generator, where: str) -> str | None:
+    """pack_4bit against the reference's layout, bit for bit; gemm_4bit_packed over it, 1 to 300 rows (past one
+    kernel call's rows: slices), against the float64 product of A and the dequantized weight, within gemv_4bit's
+    bound plus the rounding of the weight where the product takes it rounded: the code values to bfloat16 (the
+    bfloat16 kernel), or the dequantized weight to A's dtype (no kernel under the cap: ATen ops)."""
+    dtype = rng.choice(FLOATS)
+    K = 64 * rng.randint(1, 48)
+    bs = rng.choice([b for b in (64, 128, 256, 512, 1024, 2048, 4096) if K % b == 0])
+    N, M = rng.randint(1, 100), rng.choice([1, rng.randint(2, 40), rng.randint(41, 300)])
+    quant_type = rng.choice(["nf4", "fp4"])
+    scale = 2.0 ** rng.randint(-8, 8)
+    W = (torch.randn(N, K, generator=gen) * scale).to(dtype)
+    A = (torch.randn(M, K, generator=gen) * scale).to(dtype)
+    bias = (torch.randn(N, generator=gen) * scale).to(dtype) if rng.randrange(2) else None
+    where += f", {dtype} A [{M}, {K}], weight [{N}, {K}], blocksize {bs}, {quant_type}, bias {bias is not None}"
+    B, absmax = ref4.quantize_4bit(W, bs, quant_type, torch.uint8)
+    code = ref4.code4(quant_type)
+    codes, scales = torch.ops.bnb.pack_4bit(B, [N, K], absmax, bs)
+    want_codes, want_scales = ref4.pack_4bit(B, [N, K], absmax, bs)
+    if not (torch.equal(codes, want_codes) and torch.equal(scales, want_scales)):
+        return f"pack_4bit, {where}: {first_difference(codes, want_codes)}"
+    w = ref4.dequantize_with_code(B, absmax, code, bs, [N, K], torch.float32).double()
+    want = A.double() @ w.t() + (0 if bias is None else bias.double())
+    magnitude = A.double().abs() @ w.abs().t() + (0 if bias is None else bias.double().abs())
+    mantissa_bits = {torch.float32: 23, torch.float16: 10, torch.bfloat16: 7}[dtype]
+    half_ulp = 2.0**-(mantissa_bits + 1) * torch.maximum(want.abs(), torch.tensor(torch.finfo(dtype).tiny))
+    tolerance = 8 * math.sqrt(K) * 2.0**-24 * magnitude + half_ulp
+    if not bnb._C.gemm4_packed_runs(str(dtype), 1):  # no kernel: W dequantized in A's dtype, then at::linear
+        tolerance = tolerance + 2.0**-(mantissa_bits + 1) * magnitude
+    elif dtype == torch.bfloat16:  # the bfloat16 kernel rounds code values to bfloat16: 2^-9 of each term
+        tolerance = tolerance + 2.0**-9 * magnitude
+    largest = torch.finfo(dtype).max  # sums past the output type's range round to +-inf, as in _check_gemv
+    overflow = largest + 2.0 ** (math.floor(math.log2(largest)) - mantissa_bits - 1)
+    got = torch.ops.bnb.gemm_4bit_packed(A, codes, scales, [N, K], bs, code, bias)
+    if got.shape != want.shape or got.dtype != dtype:
+        return f"gemm_4bit_packed shape or dtype, {where}: {got.dtype} {list(got.shape)}"
+    rounds_to_inf = torch.isinf(got) & (torch.sign(got.double()) == torch.sign(want)) & \
+        (want.abs() + tolerance >= overflow)
+    err = (got.double() - want).abs()
+    if not bool(((err <= tolerance) | rounds_to_inf).all()):
+        i = int((err - tolerance).argmax())
+        return f"gemm_4bit_packed, {where}: output {i} is {got.flatten()[i].item()}, float64 {want.flatten()[i].item()}"
     return None
 
 
