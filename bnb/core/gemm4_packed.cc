@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "bnb/core/blockwise4.h"
 #include "bnb/core/gemm4_packed_x86.h"
 #include "bnb/core/gemv4.h"
 #include "bnb/core/int8_gemm.h"
@@ -33,6 +34,9 @@ PackedKernel Choose(DType dtype, bool bf16_products) {
   }
   return PackedKernel::kNone;
 }
+
+// Pack4 and Unpack4 take vector code for whole tiles where the AVX-512 kernels run (the same bytes as the loops).
+bool VectorPacking() { return Choose(DType::kFloat32, true) != PackedKernel::kNone; }
 
 // Rows per call, beyond which the gemm_4bit CPU path (dequantize + addmm in bands) wins, at 4096x4096 on Zen 4
 // (tools/bench/NOTES.md, 'Tiled CPU layout'). bfloat16 products: oneDNN's bfloat16 product runs near the vdpbf16ps
@@ -67,8 +71,8 @@ constexpr int64_t kInt8SweepRows = 64;
 void Pack4(const uint8_t* B, const float* absmax, int64_t N, int64_t K, int64_t blocksize, uint8_t* codes,
            float* scales, int64_t t0, int64_t t1) {
   const int64_t groups = K / kPackCols, blocks = K / blocksize;
-  // Whole tiles by vector code where the AVX-512 kernels run (the same bytes); the rest, and other CPUs, by this.
-  [[maybe_unused]] const bool vector = Choose(DType::kFloat32, true) != PackedKernel::kNone;
+  // Whole tiles by vector code (VectorPacking); the rest, and other CPUs, by these loops.
+  [[maybe_unused]] const bool vector = VectorPacking();
   for (int64_t t = t0; t < t1; ++t) {
     for (int64_t c = 0; c < blocks; ++c) {
       for (int64_t j = 0; j < kPackRows; ++j) {
@@ -105,6 +109,53 @@ void Pack4(const uint8_t* B, const float* absmax, int64_t N, int64_t K, int64_t 
         for (int64_t j = 0; j < kPackRows; ++j) std::memcpy(group + 32 * p + 2 * j, &pairs[j][2 * p], 2);
       }
     }
+  }
+}
+
+namespace {
+
+// Tile t's rows below N as bitsandbytes' bytes, row j at rows + j * K / 2.
+void UnpackTile(const uint8_t* codes, int64_t N, int64_t K, int64_t t, uint8_t* rows, bool vector) {
+#if BNB_GEMV4_X86
+  if (vector && (t + 1) * kPackRows <= N) return packed4_x86::UnpackTileCodes(codes, K, t, rows);
+#else
+  (void)vector;
+#endif
+  const int64_t groups = K / kPackCols, tile_rows = std::min(kPackRows, N - t * kPackRows);
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* group = codes + (t * groups + g) * kPackGroupBytes;
+    for (int64_t j = 0; j < tile_rows; ++j) {
+      uint8_t* row = rows + j * K / 2 + g * kPackCols / 2;
+      for (int p = 0; p < 16; ++p) {  // Pack4's pair p of row j: bytes a, b
+        const unsigned a = group[32 * p + 2 * j], b = group[32 * p + 2 * j + 1];
+        row[p] = static_cast<uint8_t>(((a << 4) & 0xF0) | (b & 0x0F));
+        row[16 + p] = static_cast<uint8_t>((a & 0xF0) | (b >> 4));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void Unpack4(const uint8_t* codes, int64_t N, int64_t K, uint8_t* B, int64_t t0, int64_t t1) {
+  const bool vector = VectorPacking();
+  for (int64_t t = t0; t < t1; ++t) UnpackTile(codes, N, K, t, B + t * kPackRows * K / 2, vector);
+}
+
+void DequantizePacked4(DType dtype, const Packed4& w, const float* code16, void* out, int64_t t0, int64_t t1) {
+  const int64_t K = w.K, blocks = K / w.blocksize;
+  const bool vector = VectorPacking();
+  std::vector<uint8_t> bytes(kPackRows * K / 2);
+  std::vector<float> absmax(kPackRows * blocks);
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t rows = std::min(kPackRows, w.N - t * kPackRows);
+    UnpackTile(w.codes, w.N, K, t, bytes.data(), vector);
+    for (int64_t c = 0; c < blocks; ++c) {
+      for (int64_t j = 0; j < rows; ++j) absmax[j * blocks + c] = w.scales[(t * blocks + c) * kPackRows + j];
+    }
+    void* tile_out = static_cast<char*>(out) + (t - t0) * kPackRows * K * static_cast<int64_t>(DTypeSize(dtype));
+    DequantizeBlockwise4(dtype, bytes.data(), absmax.data(), code16,
+                         Blockwise4Range{rows * K, w.blocksize, 0, rows * blocks}, tile_out);
   }
 }
 
@@ -165,6 +216,12 @@ int64_t Gemm4PackedMaxRows(DType dtype, bool bf16_products) {
     case PackedKernel::kNone: break;
   }
   return 0;
+}
+
+int64_t Gemm4PackedDenseFrom(DType dtype, bool bf16_products) {
+  // bfloat16 products: oneDNN's bfloat16 matmul runs nearer the vdpbf16ps ceiling than slices of 64 rows, which
+  // tie at 128 rows and lose from 256 (tools/bench/NOTES.md, 'Linear4bit's repack in place').
+  return Choose(dtype, bf16_products) == PackedKernel::kBf16 ? 2 * kMaxBf16Rows + 1 : 0;
 }
 
 bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products) {

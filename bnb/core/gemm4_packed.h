@@ -43,6 +43,19 @@ struct Packed4 {
 void Pack4(const uint8_t* B, const float* absmax, int64_t N, int64_t K, int64_t blocksize, uint8_t* codes,
            float* scales, int64_t t0, int64_t t1);
 
+// The inverse: bitsandbytes' bytes of W's rows in tiles [t0, t1) (those below N), row n at B + n * K / 2.
+void Unpack4(const uint8_t* codes, int64_t N, int64_t K, uint8_t* B, int64_t t0, int64_t t1);
+
+// W's rows in tiles [t0, t1) (those below N) dequantized in `dtype` (float32, float16 or bfloat16), row-major from
+// out (row n at out + (n - 16 * t0) * K elements): each value code16[code] * scale rounded once,
+// DequantizeBlockwise4's values (blockwise4.h) for the weight's bytes and scales. A tile at a time through
+// bitsandbytes' bytes, in a buffer that stays in cache.
+void DequantizePacked4(DType dtype, const Packed4& w, const float* code16, void* out, int64_t t0, int64_t t1);
+
+// Rows of A from which the weight dequantized (DequantizePacked4) and multiplied densely beats slices of
+// Gemm4Packed's rows; 0 where it never does.
+int64_t Gemm4PackedDenseFrom(DType dtype, bool bf16_products = true);
+
 // Whether Gemm4Packed runs for A of `dtype` and M rows on this CPU under the cpu.isa cap: AVX-512 with AVX512-BW,
 // bfloat16 products (bfloat16 A, AVX512-BF16, bf16_products: gemv4.h's knob) up to 64 rows, float32 products up to
 // 128 rows (float16 A: 256), where they beat dequantize + matmul.

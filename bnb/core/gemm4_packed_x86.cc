@@ -189,6 +189,35 @@ BNB_TARGET_AVX512 void PackTileCodes(const uint8_t* B, int64_t K, int64_t t, uin
   }
 }
 
+// PackTileCodes backwards: the transposes give each row's words back (the 8 x 8 transpose is its own inverse),
+// packus splits them into the a and b bytes, and row[p] = (a_p << 4) | (b_p & 0x0F), row[16 + p] = (a_p & 0xF0) |
+// (b_p >> 4).
+BNB_TARGET_AVX512 void UnpackTileCodes(const uint8_t* codes, int64_t K, int64_t t, uint8_t* rows) {
+  const int64_t groups = K / kPackCols, row_bytes = K / 2;
+  const __m256i low4 = _mm256_set1_epi8(0x0F), high4 = _mm256_set1_epi8(static_cast<char>(0xF0));
+  const __m256i low8 = _mm256_set1_epi16(0x00FF);
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* group = codes + (t * groups + g) * kPackGroupBytes;
+    __m256i first[8], second[8];  // runs 0-7 and 8-15; after the transposes, rows j and j + 8 (words 0-7, 8-15)
+    for (int p = 0; p < 8; ++p) {
+      first[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 32 * p));
+      second[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 32 * (8 + p)));
+    }
+    Transpose8x8Words(first);
+    Transpose8x8Words(second);
+    for (int j = 0; j < 8; ++j) {
+      const __m256i a = _mm256_packus_epi16(_mm256_and_si256(first[j], low8), _mm256_and_si256(second[j], low8));
+      const __m256i b = _mm256_packus_epi16(_mm256_srli_epi16(first[j], 8), _mm256_srli_epi16(second[j], 8));
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(a, 4), high4), _mm256_and_si256(b, low4));
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(a, high4), _mm256_and_si256(_mm256_srli_epi16(b, 4), low4));
+      uint8_t* r0 = rows + j * row_bytes + g * 32;
+      uint8_t* r1 = r0 + 8 * row_bytes;
+      _mm256_storeu2_m128i(reinterpret_cast<__m128i*>(r1), reinterpret_cast<__m128i*>(r0), lo);
+      _mm256_storeu2_m128i(reinterpret_cast<__m128i*>(r1 + 16), reinterpret_cast<__m128i*>(r0 + 16), hi);
+    }
+  }
+}
+
 BNB_TARGET_AVX512BF16 void TileBf16One(const uint16_t* a, const Packed4& w, const uint16_t* table32, int64_t t,
                                        float* sums) {
   const __m512i table = _mm512_loadu_si512(table32);

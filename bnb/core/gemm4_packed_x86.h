@@ -12,6 +12,8 @@ namespace bnb::core::packed4_x86 {
 // Tile t's codes in the layout from B (bitsandbytes' packing, N x K), all 16 of its rows below N: Pack4's
 // permutation by 8 x 8 transposes of 16-bit words (AVX2 instructions; called where the AVX-512 kernels run).
 void PackTileCodes(const uint8_t* B, int64_t K, int64_t t, uint8_t* codes);
+// The inverse for a whole tile: its 16 rows' bitsandbytes bytes, row j at rows + j * K / 2.
+void UnpackTileCodes(const uint8_t* codes, int64_t K, int64_t t, uint8_t* rows);
 
 // Each writes tile t's float32 sums for the rows of A: sums[r * 16 + j] for A's row r and the tile's row j.
 // table32: the 16 code values rounded to bfloat16, twice (vpermw reads 5 index bits): Bf16CodeTable.

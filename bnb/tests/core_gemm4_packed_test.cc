@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "bnb/core/blockwise4.h"
 #include "bnb/core/cpu_isa.h"
 #include "bnb/core/gemv4.h"
 #include "bnb/tests/core_kernel_test.h"
@@ -66,6 +67,38 @@ TEST_P(EveryIsa, Pack4PutsEveryElementWhereTheLayoutSays) {
       for (int64_t b = 0; b < K / bs; ++b) {
         ASSERT_EQ(scales[(t * (K / bs) + b) * kPackRows + j], n < N ? w.absmax[n * (K / bs) + b] : 0.0f);
       }
+    }
+  }
+}
+
+// Unpack4 gives bitsandbytes' bytes back, and DequantizePacked4 the values DequantizeBlockwise4 makes of them, on
+// every instruction set, whole and partial tiles, in halves as threads split them.
+TEST_P(EveryIsa, Unpack4AndDequantizePacked4InvertThePacking) {
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> scale(0.25f, 3.0f);
+  for (const auto& [N, K, bs] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 64}, {17, 128, 64}, {48, 1024, 256},
+                                 {63, 512, 64}, {16, 4096, 4096}}) {
+    Weight w = RandomWeight(N, K, bs, rng);
+    for (auto& s : w.absmax) s = scale(rng);  // any finite scales
+    const int64_t tiles = Packed4Tiles(N);
+    std::vector<uint8_t> codes(Packed4CodeBytes(N, K));
+    std::vector<float> scales(Packed4ScaleCount(N, K, bs));
+    Pack4(w.B.data(), w.absmax.data(), N, K, bs, codes.data(), scales.data(), 0, tiles);
+    std::vector<uint8_t> back(N * K / 2, 0xEE);
+    Unpack4(codes.data(), N, K, back.data(), 0, tiles / 2);
+    Unpack4(codes.data(), N, K, back.data(), tiles / 2, tiles);
+    ASSERT_EQ(back, w.B) << "N " << N << " K " << K;
+    const Packed4 packed{codes.data(), scales.data(), N, K, bs};
+    const float* code16 = Code4(Quant4::kNF4).data();
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      const size_t bytes = static_cast<size_t>(N * K * DTypeSize(dtype));
+      std::vector<uint8_t> got(bytes, 0xEE), want(bytes, 0x11);
+      DequantizePacked4(dtype, packed, code16, got.data(), 0, tiles / 2);
+      DequantizePacked4(dtype, packed, code16, got.data() + tiles / 2 * kPackRows * K * DTypeSize(dtype), tiles / 2,
+                        tiles);
+      DequantizeBlockwise4Scalar(dtype, w.B.data(), w.absmax.data(), code16,
+                                 Blockwise4Range{N * K, bs, 0, N * K / bs}, want.data());
+      ASSERT_EQ(got, want) << "N " << N << " K " << K << " dtype " << static_cast<int>(dtype);
     }
   }
 }

@@ -126,29 +126,39 @@ struct Cpu {
   static at::Tensor GemmBanded(const char* op, const at::Tensor& A, const at::Tensor& packed, int64_t N, int64_t K,
                                const at::Tensor& scales, core::Quant4 q, int64_t blocksize,
                                const c10::optional<at::Tensor>& bias) {
-    constexpr int64_t kBandBytes = int64_t{4} << 20;
-    const core::DType dtype = FloatDType(op, "A", A.scalar_type());
-    const int64_t M = A.numel() / K;
-    const at::Tensor a = A.reshape({M, K});
     // Bands start on rows whose first element begins a block (multiples of `step`), so each is a 4-bit tensor of
     // its own: its codes start on a byte and its blocks at scales[first block].
     const int64_t step = blocksize / std::gcd(K % blocksize, blocksize);
+    at::Tensor out = at::empty(ShapeWithLast(A, N), A.options());
+    BandedProduct(A, N, K, step, bias, out, [&](int64_t n0, int64_t rows, at::Tensor& w) {
+      const int64_t b0 = n0 * K / blocksize, blocks = core::NumBlocks(rows * K, blocksize);
+      Dequantize(op, packed.narrow(0, n0 * K / 2, core::PackedSize4(rows * K)), scales.narrow(0, b0, blocks), q,
+                 blocksize, FloatDType(op, "A", A.scalar_type()), w);
+    });
+    return out;
+  }
+
+  // out (contiguous, A's rows x N) = A @ W.T (+ bias) by bands of W's rows (multiples of `step`), fill(n0, rows, w)
+  // writing rows [n0, n0 + rows) of W into w (rows x K, A's dtype).
+  template <class Fill>
+  static void BandedProduct(const at::Tensor& A, int64_t N, int64_t K, int64_t step,
+                            const c10::optional<at::Tensor>& bias, at::Tensor& out, const Fill& fill) {
+    constexpr int64_t kBandBytes = int64_t{4} << 20;
+    const int64_t M = A.numel() / K;
+    const at::Tensor a = A.reshape({M, K});
     const int64_t band = std::max(step, kBandBytes / (K * A.element_size()) / step * step);
     thread_local at::Tensor workspace;
     if (!workspace.defined() || workspace.scalar_type() != A.scalar_type() || workspace.numel() < band * K) {
       workspace = at::empty({band * K}, A.options());
     }
-    at::Tensor out = at::empty({M, N}, A.options());
+    at::Tensor out2 = out.view({M, N});
     for (int64_t n0 = 0; n0 < N; n0 += band) {
       const int64_t rows = std::min(band, N - n0);
       at::Tensor w = workspace.narrow(0, 0, rows * K).view({rows, K});
-      const int64_t b0 = n0 * K / blocksize, blocks = core::NumBlocks(rows * K, blocksize);
-      Dequantize(op, packed.narrow(0, n0 * K / 2, core::PackedSize4(rows * K)), scales.narrow(0, b0, blocks), q,
-                 blocksize, dtype, w);
+      fill(n0, rows, w);
       const at::Tensor part = bias.has_value() ? at::addmm(bias->narrow(0, n0, rows), a, w.t()) : at::mm(a, w.t());
-      out.narrow(1, n0, rows).copy_(part);
+      out2.narrow(1, n0, rows).copy_(part);
     }
-    return out.view(ShapeWithLast(A, N));
   }
 
   // The packed layout (core::Pack4), tiles split over threads. Any finite or non-finite scales are moved as they
@@ -181,6 +191,20 @@ struct Cpu {
     const at::Tensor a = A.contiguous(), c = code.contiguous(), cs = codes.contiguous(), ss = scales.contiguous();
     const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
     const core::Packed4 w{cs.data_ptr<uint8_t>(), ss.data_ptr<float>(), N, K, blocksize};
+    const int64_t dense_from = core::Gemm4PackedDenseFrom(dtype, bf16_products);
+    if (!int8_activations && dense_from > 0 && M >= dense_from) {  // the weight in bands, and dense products
+      const float* cp = c.data_ptr<float>();
+      const int64_t item = static_cast<int64_t>(a.element_size());
+      const c10::optional<at::Tensor> bias_c = b.defined() ? c10::optional<at::Tensor>(b) : c10::nullopt;
+      BandedProduct(a, N, K, core::kPackRows, bias_c, out, [&](int64_t n0, int64_t rows, at::Tensor& band) {
+        char* bp = static_cast<char*>(band.data_ptr());
+        const int64_t first = n0 / core::kPackRows;
+        ParallelOverBlocks(op, core::Packed4Tiles(rows), core::kPackRows * K, [&](int64_t t0, int64_t t1) {
+          core::DequantizePacked4(dtype, w, cp, bp + t0 * core::kPackRows * K * item, first + t0, first + t1);
+        });
+      });
+      return true;
+    }
     const void* ap = a.data_ptr();
     const float* cp = c.data_ptr<float>();
     const void* biasp = b.defined() ? b.data_ptr() : nullptr;
