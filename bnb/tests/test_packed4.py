@@ -18,6 +18,36 @@ def weight(N, K, blocksize, seed=0):
     return B, absmax
 
 
+@pytest.mark.parametrize("N, K", [(1, 64), (37, 192), (16, 256), (40, 1024), (64, 4096)])
+def test_unpack_gives_bitsandbytes_bytes_back(N, K):
+    B, absmax = weight(N, K, 64)
+    B = B.reshape(-1)
+    codes, _ = torch.ops.bnb.pack_4bit(B, [N, K], absmax, 64)
+    got = torch.ops.bnb.unpack_4bit(codes, [N, K])
+    assert got.dtype == torch.uint8 and torch.equal(got, B)
+    assert torch.equal(ref.unpack_4bit(codes, [N, K]), B)
+    assert torch.ops.bnb.unpack_4bit(codes.to("meta"), [N, K]).shape == B.shape
+
+
+def test_unpack_refuses_what_it_cannot_read():
+    codes = torch.zeros(16 * 128 // 2, dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match=r"unpack_4bit: the packed layout takes K \(96\) a multiple of 64"):
+        torch.ops.bnb.unpack_4bit(codes, [8, 96])
+    with pytest.raises(RuntimeError, match=r"unpack_4bit: codes must hold 1024 values"):
+        torch.ops.bnb.unpack_4bit(codes[:-1], [8, 128])
+    with pytest.raises(RuntimeError, match=r"unpack_4bit: codes must be uint8, got float32"):
+        torch.ops.bnb.unpack_4bit(codes.float(), [8, 128])
+    with pytest.raises(RuntimeError, match=r"unpack_4bit: shapeB must be \[N, K\] with N, K > 0"):
+        torch.ops.bnb.unpack_4bit(codes, [0, 128])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_unpack_on_cuda_is_the_cpus():  # CUDA has no kernel of its own: the ATen composition (packed.cc)
+    B, absmax = weight(37, 192, 64)
+    codes, _ = torch.ops.bnb.pack_4bit(B, [37, 192], absmax, 64)
+    assert torch.equal(torch.ops.bnb.unpack_4bit(codes.cuda(), [37, 192]).cpu(), B.reshape(-1))
+
+
 @pytest.mark.parametrize("N, K, blocksize", [(1, 64, 64), (37, 192, 64), (16, 256, 128), (40, 1024, 1024)])
 def test_pack_is_the_references_layout(N, K, blocksize):
     B, absmax = weight(N, K, blocksize)

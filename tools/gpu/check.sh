@@ -160,7 +160,7 @@ if want test && room test 90; then
      --rootdir="$root/bnb/tests" -rfEs --durations=5 -k cuda \
      test_cuda.py test_blockwise8.py test_blockwise4.py test_functional.py test_nn4bit.py test_int8.py \
      test_int8_api.py test_linear8bitlt.py test_optim_ops.py test_optim_api.py test_ops_contract.py \
-     test_parametrize.py test_paged_memory.py) \
+     test_parametrize.py test_paged_memory.py test_packed4.py) \
     >"$out/5-pytest.log" 2>&1 || status=1
   grep -E '^(FAILED|ERROR)|passed|failed|error' "$out/5-pytest.log" | tail -25
   stop_if_sticky "$out/5-pytest.log"

@@ -186,6 +186,14 @@ void CheckPack(const char* op, const at::Tensor& B, at::IntArrayRef shapeB, cons
   CheckSameDevice(op, "absmax", absmax, B);
 }
 
+void CheckUnpack(const char* op, const at::Tensor& codes, at::IntArrayRef shapeB) {
+  CheckMatrixShape(op, shapeB);
+  TORCH_CHECK(shapeB[1] % core::kPackCols == 0, "bnb::", op, ": the packed layout takes K (", shapeB[1],
+              ") a multiple of ", core::kPackCols, "; got shapeB ", shapeB);
+  CheckDType(op, "codes", codes, at::kByte);
+  CheckNumel(op, "codes", codes, core::Packed4CodeBytes(shapeB[0], shapeB[1]), "the packed layout's bytes (pack_4bit)");
+}
+
 std::vector<c10::SymInt> CheckGemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes,
                                          const at::Tensor& scales, at::IntArrayRef shapeB, int64_t blocksize,
                                          const at::Tensor& code, const c10::optional<at::Tensor>& bias) {

@@ -175,6 +175,14 @@ struct Cpu {
     });
   }
 
+  static void Unpack(const char* op, const at::Tensor& codes, int64_t N, int64_t K, at::Tensor& out) {
+    const uint8_t* cp = codes.data_ptr<uint8_t>();
+    uint8_t* bp = out.data_ptr<uint8_t>();
+    ParallelOverBlocks(op, core::Packed4Tiles(N), core::kPackRows * K, [&](int64_t t0, int64_t t1) {
+      core::Unpack4(cp, N, K, bp, t0, t1);
+    });
+  }
+
   // The packed product where bnb/core has a kernel for A's dtype (core::Gemm4PackedMaxRows, or
   // core::Gemm4PackedInt8Runs with int8 activations, which are quantized once per call), tiles split over threads;
   // more rows than one call of the kernel takes run as slices of A's rows of equal size, one after another.

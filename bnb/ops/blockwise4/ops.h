@@ -33,6 +33,8 @@
 //     static bool GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
 //                            int64_t N, int64_t K, int64_t blocksize, const at::Tensor& code,
 //                            const c10::optional<at::Tensor>& bias, bool int8_activations, at::Tensor& out);
+//     // Optional too: unpack_4bit (out: N * K / 2 uint8, contiguous); without it, UnpackByTensorOps.
+//     static void Unpack(const char* op, const at::Tensor& codes, int64_t N, int64_t K, at::Tensor& out);
 //   };
 //
 // and its file registers Ops<MyBackend>::Register in a TORCH_LIBRARY_IMPL for its dispatch key. gemm_4bit needs no
@@ -117,9 +119,10 @@ at::Tensor GemmByDequantize(const char* op, const at::Tensor& A, const at::Tenso
                             const c10::optional<at::Tensor>& absmax_code,
                             const c10::optional<at::Tensor>& absmax_offset);
 
-// Checks of pack_4bit; of gemm_4bit_packed (returns the output shape).
+// Checks of pack_4bit; of unpack_4bit; of gemm_4bit_packed (returns the output shape).
 void CheckPack(const char* op, const at::Tensor& B, at::IntArrayRef shapeB, const at::Tensor& absmax,
                int64_t blocksize);
+void CheckUnpack(const char* op, const at::Tensor& codes, at::IntArrayRef shapeB);
 std::vector<c10::SymInt> CheckGemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes,
                                          const at::Tensor& scales, at::IntArrayRef shapeB, int64_t blocksize,
                                          const at::Tensor& code, const c10::optional<at::Tensor>& bias);
@@ -129,10 +132,11 @@ std::vector<c10::SymInt> CheckGemmPacked(const char* op, const at::Tensor& A, co
 std::array<int8_t, 16> Int8CodeValuesOf(const char* op, const at::Tensor& code);
 
 // The packed layout by ATen ops on any device (packed.cc), for backends without kernels of their own: the layout as
-// a permutation of the codes (pack), and the weight unpermuted, dequantized in A's dtype and multiplied (at::linear),
-// or with int8_activations, the int8 product by its definition (bnb/core/gemm4_packed.h).
+// a permutation of the codes (pack) and its inverse (unpack), and the weight unpermuted, dequantized in A's dtype
+// and multiplied (at::linear), or with int8_activations, the int8 product by its definition (bnb/core/gemm4_packed.h).
 std::tuple<at::Tensor, at::Tensor> PackByTensorOps(const at::Tensor& packed, int64_t N, int64_t K,
                                                    const at::Tensor& absmax, int64_t blocksize);
+at::Tensor UnpackByTensorOps(const at::Tensor& codes, int64_t N, int64_t K);
 at::Tensor GemmPackedByTensorOps(const char* op, const at::Tensor& A, const at::Tensor& codes,
                                  const at::Tensor& scales, int64_t N, int64_t K, int64_t blocksize,
                                  const at::Tensor& code, const c10::optional<at::Tensor>& bias,
@@ -142,6 +146,11 @@ template <class Backend, class = void>
 struct HasPacked : std::false_type {};
 template <class Backend>
 struct HasPacked<Backend, std::void_t<decltype(&Backend::Pack), decltype(&Backend::GemmPacked)>> : std::true_type {};
+
+template <class Backend, class = void>
+struct HasUnpack : std::false_type {};
+template <class Backend>
+struct HasUnpack<Backend, std::void_t<decltype(&Backend::Unpack)>> : std::true_type {};
 
 template <class Backend, class = void>
 struct ReadsNested : std::false_type {};
@@ -298,6 +307,21 @@ struct Ops {
     }
   }
 
+  static at::Tensor Unpack4bit(const at::Tensor& codes, at::IntArrayRef shapeB) {
+    constexpr const char* op = "unpack_4bit";
+    CheckUnpack(op, codes, shapeB);
+    const int64_t N = shapeB[0], K = shapeB[1];
+    if constexpr (Backend::kIsMeta) {
+      return at::empty({N * K / 2}, codes.options());
+    } else if constexpr (HasUnpack<Backend>::value) {
+      at::Tensor out = at::empty({N * K / 2}, codes.options());
+      Backend::Unpack(op, codes.contiguous(), N, K, out);
+      return out;
+    } else {
+      return UnpackByTensorOps(codes, N, K);
+    }
+  }
+
   static at::Tensor GemmPacked4bit(const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
                                    at::IntArrayRef shapeB, int64_t blocksize, const at::Tensor& code,
                                    const c10::optional<at::Tensor>& bias, bool int8_activations) {
@@ -327,6 +351,7 @@ struct Ops {
     m.impl("gemv_4bit.out", &Gemv4bitOut);
     m.impl("gemm_4bit", &Gemm4bit);
     m.impl("pack_4bit", &Pack4bit);
+    m.impl("unpack_4bit", &Unpack4bit);
     m.impl("gemm_4bit_packed", &GemmPacked4bit);
   }
 };

@@ -33,6 +33,16 @@ std::tuple<at::Tensor, at::Tensor> PackByTensorOps(const at::Tensor& packed, int
   return {codes, scales};
 }
 
+at::Tensor UnpackByTensorOps(const at::Tensor& codes, int64_t N, int64_t K) {
+  const int64_t tiles = core::Packed4Tiles(N);
+  const at::Tensor c = codes.reshape({tiles, K / core::kPackCols, 16, core::kPackRows, 2});  // t, g, p, j, e
+  const at::Tensor u = at::stack({c.bitwise_and(15), c.bitwise_right_shift(4)}, -1)         // h last
+                           .permute({0, 3, 1, 5, 2, 4})                                     // t, j, g, h, p, e
+                           .reshape({tiles * core::kPackRows, K})
+                           .narrow(0, 0, N);
+  return u.slice(1, 0, K, 2).bitwise_left_shift(4).bitwise_or(u.slice(1, 1, K, 2)).reshape({-1});
+}
+
 namespace {
 
 // The int8-activation product by its definition (bnb/core/gemm4_packed.h) for W's codes u (N x K) and block scales s

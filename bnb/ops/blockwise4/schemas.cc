@@ -31,6 +31,8 @@ TORCH_LIBRARY_FRAGMENT(bnb, m) {
   // int8_activations quantizes A's rows to int8 per group of 64 columns and multiplies integers (bnb/core/
   // gemm4_packed.h defines it; opt-in, knob cpu.int8_activations: faster, less exact).
   m.def("pack_4bit(Tensor B, int[] shapeB, Tensor absmax, int blocksize) -> (Tensor, Tensor)");
+  // bnb's own: pack_4bit's codes back to bitsandbytes' bytes (uint8, N * K / 2), bit for bit.
+  m.def("unpack_4bit(Tensor codes, int[] shapeB) -> Tensor");
   m.def(
       "gemm_4bit_packed(Tensor A, Tensor codes, Tensor scales, int[] shapeB, int blocksize, Tensor code, "
       "Tensor? bias=None, bool int8_activations=False) -> Tensor");

@@ -22,7 +22,7 @@ from . import _C
 from . import config as bnb_config
 from .quant_state import QuantState
 
-_ROWS, _COLS = 16, 64  # bnb/core/gemm4_packed.h: rows per tile, columns per group
+_ROWS = 16  # bnb/core/gemm4_packed.h: rows per tile
 
 # Held while a weight changes layout and while a caller takes a weight's (data, state) pair: a layer called from
 # several threads must not read a state with the other layout's bytes.
@@ -56,17 +56,8 @@ def code_bytes(N: int, K: int) -> int:
 
 
 def unpack(codes: torch.Tensor, N: int, K: int) -> torch.Tensor:
-    """bitsandbytes' bytes (uint8, N * K / 2: column 2i in the high nibble, 2i + 1 in the low) of the tiled codes,
-    the inverse of pack_4bit's permutation, by tensor ops on any device. Bytes 2j, 2j + 1 of run p of group g of tile
-    t, read as one little-endian 16-bit word, hold row 16t + j's columns 64g + 2p, 2p + 1 (low nibbles) and
-    64g + 32 + 2p, 33 + 2p (high nibbles): bitsandbytes' bytes 32g + p and 32g + 16 + p of that row."""
-    tiles = -(-N // _ROWS)
-    w = codes.reshape(-1).view(torch.int16).reshape(tiles, K // _COLS, 16, _ROWS)   # t, g, p, j
-    out = torch.empty(tiles, _ROWS, K // _COLS, 2, 16, dtype=torch.uint8, device=codes.device)  # t, j, g, h, p
-    by_run = out.permute(0, 2, 3, 4, 1)                                               # t, g, h, p, j
-    by_run[:, :, 0] = ((w & 0x0F) << 4) | ((w >> 8) & 0x0F)
-    by_run[:, :, 1] = (w & 0xF0) | ((w >> 12) & 0x0F)
-    return out.reshape(tiles * _ROWS, K // 2)[:N].reshape(-1)
+    """bitsandbytes' bytes (uint8, N * K / 2) of the tiled codes: bnb::unpack_4bit, pack_4bit's inverse."""
+    return torch.ops.bnb.unpack_4bit(codes.reshape(-1), [N, K])
 
 
 def codes_of(B: torch.Tensor, state: QuantState) -> torch.Tensor:

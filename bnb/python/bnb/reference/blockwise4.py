@@ -310,6 +310,28 @@ def pack_4bit(B, shapeB, absmax, blocksize) -> tuple[torch.Tensor, torch.Tensor]
     return codes.to(torch.uint8), scales
 
 
+def _unpack_example(device):
+    codes, _ = pack_4bit(*_pack_example(device)[0])
+    return (codes, [32, 192]), {}
+
+
+@kernel("unpack_4bit", differentiable=False, example=_unpack_example)
+def unpack_4bit(codes, shapeB) -> torch.Tensor:
+    """bitsandbytes' bytes of the layout's codes (uint8, N * K / 2): each element read from its position."""
+    op = "unpack_4bit"
+    checks.check(len(shapeB) == 2 and shapeB[0] > 0 and shapeB[1] > 0,
+                 f"bnb::{op}: shapeB must be [N, K] with N, K > 0, got {list(shapeB)}")
+    N, K = shapeB
+    checks.check(K % PACK_COLS == 0, f"bnb::{op}: the packed layout takes K ({K}) a multiple of {PACK_COLS}; got "
+                                     f"shapeB {list(shapeB)}")
+    tiles = (N + PACK_ROWS - 1) // PACK_ROWS
+    checks.dtype_is(op, "codes", codes, torch.uint8)
+    checks.numel_is(op, "codes", codes, tiles * PACK_ROWS * K // 2, "the packed layout's bytes (pack_4bit)")
+    byte, h, _ = _packed_positions(N, K, K, codes.device)
+    values = (codes.reshape(-1)[byte].to(torch.int64) >> (4 * h)) & 15
+    return ((values[:, 0::2] << 4) | values[:, 1::2]).to(torch.uint8).reshape(-1)
+
+
 def _gemm_packed_example(device):
     codes, scales = pack_4bit(*_pack_example(device)[0])
     A = torch.randn(3, 192, generator=torch.Generator().manual_seed(1)).to(device, torch.bfloat16)

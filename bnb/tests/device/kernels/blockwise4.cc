@@ -49,6 +49,11 @@ struct Bnbdev {
                 scales.data_ptr<float>(), 0, core::Packed4Tiles(N));
   }
 
+  static void Unpack(const char* op, const at::Tensor& codes, int64_t N, int64_t K, at::Tensor& out) {
+    CountCall(op);
+    core::Unpack4(codes.data_ptr<uint8_t>(), N, K, out.data_ptr<uint8_t>(), 0, core::Packed4Tiles(N));
+  }
+
   // bnb/core's kernel where it has one (the default cpu.gemv_bf16_products); else ops.h composes the product.
   static bool GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
                          int64_t N, int64_t K, int64_t blocksize, const at::Tensor& code,
