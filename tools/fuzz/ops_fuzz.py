@@ -195,10 +195,37 @@ def _check_4bit(rng: random.Random, gen: torch.Generator, where: str) -> str | N
     return None
 
 
+def _product_mismatch(label: str, got: torch.Tensor, A: torch.Tensor, w: torch.Tensor, bias, K: int,
+                      weight_rounding: float) -> str | None:
+    """got (A's dtype) against the float64 product A @ w.T (+ bias), within float32 summation error (8 sqrt(K)
+    units of rounding of the sum of |products|: random-sign errors, far below a single wrong code's), the weight's
+    rounding where the kernel takes it rounded (weight_rounding, relative, of each term) and the output's rounding;
+    sums past the output type's range may round to +-inf. None where it holds, else what differs."""
+    dtype = A.dtype
+    want = A.double() @ w.t() + (0 if bias is None else bias.double())
+    magnitude = A.double().abs() @ w.abs().t() + (0 if bias is None else bias.double().abs())
+    mantissa_bits = {torch.float32: 23, torch.float16: 10, torch.bfloat16: 7}[dtype]
+    # Half an ulp of the output, relative, or absolute among the subnormals.
+    half_ulp = 2.0**-(mantissa_bits + 1) * torch.maximum(want.abs(), torch.tensor(torch.finfo(dtype).tiny))
+    tolerance = (8 * math.sqrt(K) * 2.0**-24 + weight_rounding) * magnitude + half_ulp
+    # Sums beyond the output type's range round to +-inf: float16's largest is 65504, and 65520 on rounds up.
+    largest = torch.finfo(dtype).max
+    overflow = largest + 2.0 ** (math.floor(math.log2(largest)) - mantissa_bits - 1)
+    if got.shape != want.shape or got.dtype != dtype:
+        return f"{label} shape or dtype: {got.dtype} {list(got.shape)}"
+    rounds_to_inf = torch.isinf(got) & (torch.sign(got.double()) == torch.sign(want)) & \
+        (want.abs() + tolerance >= overflow)
+    err = (got.double() - want).abs()
+    if not bool(((err <= tolerance) | rounds_to_inf).all()):
+        i = int((err - tolerance).argmax())
+        return f"{label}: output {i} is {got.flatten()[i].item()}, float64 {want.flatten()[i].item()}"
+    return None
+
+
 def _check_gemv(rng: random.Random, gen: torch.Generator, where: str) -> str | None:
-    """gemv_4bit against the float64 product of x and the dequantized weight, within float32 summation error (8
-    sqrt(K) units of rounding of the sum of |products|: random-sign errors, far below a single wrong code's) plus
-    the output's rounding. Finite data: a float32 sum and a float64 one overflow apart."""
+    """gemv_4bit against the float64 product of x and the dequantized weight (_product_mismatch's bound; the code
+    values rounded to bfloat16 where the kernel multiplies bfloat16). Finite data: a float32 sum and a float64 one
+    overflow apart."""
     dtype, bs = rng.choice(FLOATS), 32 << rng.randrange(8)
     N, K = rng.randint(1, 300), rng.randint(1, rng.choice([100, 5000]))
     if rng.randrange(3) == 0:
@@ -211,36 +238,21 @@ def _check_gemv(rng: random.Random, gen: torch.Generator, where: str) -> str | N
     packed, absmax = ref4.quantize_4bit(W, bs, quant_type, torch.uint8)
     code = ref4.code4(quant_type)
     w = ref4.dequantize_with_code(packed, absmax, code, bs, [N, K], torch.float32).double()
-    want = x.double() @ w.t()
-    magnitude = x.double().abs() @ w.abs().t()
-    mantissa_bits = {torch.float32: 23, torch.float16: 10, torch.bfloat16: 7}[dtype]
-    # Half an ulp of the output, relative, or absolute among the subnormals.
-    half_ulp = 2.0**-(mantissa_bits + 1) * torch.maximum(want.abs(), torch.tensor(torch.finfo(dtype).tiny))
-    tolerance = 8 * math.sqrt(K) * 2.0**-24 * magnitude + half_ulp
-    if bnb._C.gemv4_kernel(str(dtype), K) == "avx512bf16":  # code values rounded to bfloat16: 2^-9 of each term
-        tolerance = tolerance + 2.0**-9 * magnitude
-    # Sums beyond the output type's range round to +-inf: float16's largest is 65504, and 65520 on rounds up.
-    largest = torch.finfo(dtype).max
-    overflow = largest + 2.0 ** (math.floor(math.log2(largest)) - mantissa_bits - 1)
+    rounding = 2.0**-9 if bnb._C.gemv4_kernel(str(dtype), K) == "avx512bf16" else 0.0
     for dev in devices():
         got = torch.ops.bnb.gemv_4bit(x.to(dev), packed.to(dev), [N, K], absmax.to(dev), code.to(dev), bs).cpu()
-        if got.shape != want.shape or got.dtype != dtype:
-            return f"gemv_4bit shape or dtype, {dev}, {where}: {got.dtype} {list(got.shape)}"
-        rounds_to_inf = torch.isinf(got) & (torch.sign(got.double()) == torch.sign(want)) & \
-            (want.abs() + tolerance >= overflow)
-        err = (got.double() - want).abs()
-        if not bool(((err <= tolerance) | rounds_to_inf).all()):
-            i = int((err - tolerance).argmax())
-            return f"gemv_4bit, {dev}, {where}: output {i} is {got.flatten()[i].item()}, float64 " \
-                   f"{want.flatten()[i].item()}"
+        failure = _product_mismatch(f"gemv_4bit, {dev}, {where}", got, x, w, None, K, rounding)
+        if failure is not None:
+            return failure
     return None
 
 
 def _check_packed(rng: random.Random, gen: torch.Generator, where: str) -> str | None:
-    """pack_4bit against the reference's layout, bit for bit; gemm_4bit_packed over it, 1 to 300 rows (past one
-    kernel call's rows: slices), against the float64 product of A and the dequantized weight, within gemv_4bit's
-    bound plus the rounding of the weight where the product takes it rounded: the code values to bfloat16 (the
-    bfloat16 kernel), or the dequantized weight to A's dtype (no kernel under the cap: ATen ops)."""
+    """pack_4bit and unpack_4bit against the reference's layout, bit for bit; gemm_4bit_packed over it, 1 to 300
+    rows (past one kernel call's rows: slices, or bfloat16 bands of the weight and addmm), against the float64
+    product of A and the dequantized weight (_product_mismatch's bound, with the weight's rounding where the
+    product takes it rounded: the code values to bfloat16 (the bfloat16 kernel, or its weight for addmm), or the
+    dequantized weight to A's dtype (no kernel under the cap: ATen ops))."""
     dtype = rng.choice(FLOATS)
     K = 64 * rng.randint(1, 48)
     bs = rng.choice([b for b in (64, 128, 256, 512, 1024, 2048, 4096) if K % b == 0])
@@ -257,28 +269,17 @@ def _check_packed(rng: random.Random, gen: torch.Generator, where: str) -> str |
     want_codes, want_scales = ref4.pack_4bit(B, [N, K], absmax, bs)
     if not (torch.equal(codes, want_codes) and torch.equal(scales, want_scales)):
         return f"pack_4bit, {where}: {first_difference(codes, want_codes)}"
+    back = torch.ops.bnb.unpack_4bit(codes, [N, K])
+    if not torch.equal(back, B.reshape(-1)):
+        return f"unpack_4bit, {where}: {first_difference(back, B.reshape(-1))}"
     w = ref4.dequantize_with_code(B, absmax, code, bs, [N, K], torch.float32).double()
-    want = A.double() @ w.t() + (0 if bias is None else bias.double())
-    magnitude = A.double().abs() @ w.abs().t() + (0 if bias is None else bias.double().abs())
     mantissa_bits = {torch.float32: 23, torch.float16: 10, torch.bfloat16: 7}[dtype]
-    half_ulp = 2.0**-(mantissa_bits + 1) * torch.maximum(want.abs(), torch.tensor(torch.finfo(dtype).tiny))
-    tolerance = 8 * math.sqrt(K) * 2.0**-24 * magnitude + half_ulp
     if not bnb._C.gemm4_packed_runs(str(dtype), 1):  # no kernel: W dequantized in A's dtype, then at::linear
-        tolerance = tolerance + 2.0**-(mantissa_bits + 1) * magnitude
-    elif dtype == torch.bfloat16:  # the bfloat16 kernel rounds code values to bfloat16: 2^-9 of each term
-        tolerance = tolerance + 2.0**-9 * magnitude
-    largest = torch.finfo(dtype).max  # sums past the output type's range round to +-inf, as in _check_gemv
-    overflow = largest + 2.0 ** (math.floor(math.log2(largest)) - mantissa_bits - 1)
+        rounding = 2.0**-(mantissa_bits + 1)
+    else:  # the bfloat16 kernel (or dense product) rounds code values or the weight to bfloat16
+        rounding = 2.0**-9 if dtype == torch.bfloat16 else 0.0
     got = torch.ops.bnb.gemm_4bit_packed(A, codes, scales, [N, K], bs, code, bias)
-    if got.shape != want.shape or got.dtype != dtype:
-        return f"gemm_4bit_packed shape or dtype, {where}: {got.dtype} {list(got.shape)}"
-    rounds_to_inf = torch.isinf(got) & (torch.sign(got.double()) == torch.sign(want)) & \
-        (want.abs() + tolerance >= overflow)
-    err = (got.double() - want).abs()
-    if not bool(((err <= tolerance) | rounds_to_inf).all()):
-        i = int((err - tolerance).argmax())
-        return f"gemm_4bit_packed, {where}: output {i} is {got.flatten()[i].item()}, float64 {want.flatten()[i].item()}"
-    return None
+    return _product_mismatch(f"gemm_4bit_packed, {where}", got, A, w, bias, K, rounding)
 
 
 def main() -> int:
