@@ -33,13 +33,22 @@ std::tuple<at::Tensor, at::Tensor> PackByTensorOps(const at::Tensor& packed, int
   return {codes, scales};
 }
 
-at::Tensor UnpackByTensorOps(const at::Tensor& codes, int64_t N, int64_t K) {
+namespace {
+
+// W's codes (N x K, one per uint8) from the layout's bytes: the permutation undone.
+at::Tensor CodesOfLayout(const at::Tensor& codes, int64_t N, int64_t K) {
   const int64_t tiles = core::Packed4Tiles(N);
   const at::Tensor c = codes.reshape({tiles, K / core::kPackCols, 16, core::kPackRows, 2});  // t, g, p, j, e
-  const at::Tensor u = at::stack({c.bitwise_and(15), c.bitwise_right_shift(4)}, -1)         // h last
-                           .permute({0, 3, 1, 5, 2, 4})                                     // t, j, g, h, p, e
-                           .reshape({tiles * core::kPackRows, K})
-                           .narrow(0, 0, N);
+  return at::stack({c.bitwise_and(15), c.bitwise_right_shift(4)}, -1)                     // h last
+      .permute({0, 3, 1, 5, 2, 4})                                                        // t, j, g, h, p, e
+      .reshape({tiles * core::kPackRows, K})
+      .narrow(0, 0, N);
+}
+
+}  // namespace
+
+at::Tensor UnpackByTensorOps(const at::Tensor& codes, int64_t N, int64_t K) {
+  const at::Tensor u = CodesOfLayout(codes, N, K);
   return u.slice(1, 0, K, 2).bitwise_left_shift(4).bitwise_or(u.slice(1, 1, K, 2)).reshape({-1});
 }
 
@@ -80,11 +89,7 @@ at::Tensor GemmPackedByTensorOps(const char* op, const at::Tensor& A, const at::
                                  const at::Tensor& code, const c10::optional<at::Tensor>& bias,
                                  bool int8_activations) {
   const int64_t tiles = core::Packed4Tiles(N), blocks = K / blocksize;
-  const at::Tensor c = codes.view({tiles, K / core::kPackCols, 16, core::kPackRows, 2});  // t, g, p, j, e
-  const at::Tensor u = at::stack({c.bitwise_and(15), c.bitwise_right_shift(4)}, -1)     // h last
-                           .permute({0, 3, 1, 5, 2, 4})                                 // t, j, g, h, p, e
-                           .reshape({tiles * core::kPackRows, K})
-                           .narrow(0, 0, N);
+  const at::Tensor u = CodesOfLayout(codes, N, K);
   const at::Tensor s = scales.view({tiles, blocks, core::kPackRows})
                            .permute({0, 2, 1})
                            .reshape({tiles * core::kPackRows, blocks})
