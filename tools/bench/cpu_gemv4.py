@@ -38,6 +38,20 @@ def bnb_matmul_case(W, dtype, blocksize):
     return lambda a: bnb.matmul_4bit(a, packed.t(), state)
 
 
+def bnb_linear(W, dtype, blocksize):
+    """bnb's Linear4bit in eval mode over W (its own quantization), after a first no-grad call: on an AVX-512 CPU
+    it holds the weight repacked in place (bnb/python/bnb/cpu_layout.py), where matmul_4bit on tensors keeps a
+    tiled copy and, for bfloat16 batches past 128 rows, multiplies bitsandbytes' bytes instead."""
+    N, K = W.shape
+    layer = bnb.nn.Linear4bit(K, N, bias=False, compute_dtype=dtype, quant_type="nf4")
+    layer.weight = bnb.nn.Params4bit(W.to(dtype), requires_grad=False, compress_statistics=True, quant_type="nf4",
+                                     blocksize=blocksize, module=layer)
+    layer = layer.to("cpu").eval()
+    with torch.no_grad():
+        layer(torch.randn(1, K).to(dtype))
+    return layer
+
+
 def int8_case(fn):
     """fn with knob cpu.int8_activations on for its call (opt-in: activations quantized to int8, less exact)."""
     def call(*args):
@@ -193,12 +207,16 @@ def loop_rows(shapes, dtype, blocksize, rounds, with_peers, loop_bytes):
 
 
 def batch_rows(N, K, batch, dtype, blocksize, rounds, with_peers):
-    """A batch through one weight (matmul_4bit, as Linear4bit's forward calls it) per implementation: (name, best
-    seconds) each, beside F.linear on the dense weight."""
+    """A batch through one weight per implementation (bnb: matmul_4bit on the weight as tensors, which keeps a tiled
+    copy, and Linear4bit, which repacks its weight in place): (name, best seconds) each, beside F.linear on the
+    dense weight."""
     W = torch.randn(N, K) * 0.02
     x = torch.randn(batch, K).to(dtype)
     packed, state = F.quantize_4bit(W.to(dtype), blocksize=blocksize, quant_type="nf4", compress_statistics=True)
     impls = [("bnb matmul_4bit", lambda: bnb.matmul_4bit(x, packed.t(), state))]
+    layer = bnb_linear(W, dtype, blocksize)
+    if layer is not None:
+        impls.append(("bnb Linear4bit (in place)", lambda: layer(x)))
     if bnb._C.gemm4_packed_int8_runs():  # a weight of its own, as above
         packed8, state8 = F.quantize_4bit(W.to(dtype), blocksize=blocksize, quant_type="nf4",
                                           compress_statistics=True)
@@ -264,7 +282,7 @@ def main(argv=None):
                 print()
                 continue
             N, K = shapes[0]
-            print(f"\nbatches through {N}x{K} (Linear4bit's matmul_4bit), us")
+            print(f"\nbatches through {N}x{K}: matmul_4bit on tensors, Linear4bit (weight repacked in place), us")
             for dtype in (getattr(torch, d) for d in args.dtypes.split(",")):
                 for batch in (int(b) for b in args.batches.split(",")):
                     for name, seconds in batch_rows(N, K, batch, dtype, args.blocksize, args.repeat,
