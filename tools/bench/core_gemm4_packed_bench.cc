@@ -161,6 +161,24 @@ int main(int argc, char** argv) {
                        bnb::core::Packed4Tiles(N));
     });
     std::printf("Pack4 4096 x 4096 bs64: %.0f us (%.2f s per GB of codes)\n", us, us * 1e-6 / (N * K / 2 * 1e-9));
+    // Dequantizing the weight to bfloat16 from the tiled layout (the dense path of large bfloat16 batches) against
+    // from bitsandbytes' bytes, in bands of 512 rows (as gemm_4bit_packed's), in cache, one thread.
+    std::vector<uint16_t> band(512 * K);
+    const float* code16 = bnb::core::Code4(bnb::core::Quant4::kNF4).data();
+    const bnb::core::Packed4 w{codes.data(), scales.data(), N, K, kBlocksize};
+    const double tiled = BestUs(5, [&] {
+      for (int64_t t = 0; t < bnb::core::Packed4Tiles(N); t += 32)
+        bnb::core::DequantizePacked4(DType::kBFloat16, w, code16, band.data(), t, t + 32);
+    });
+    const double plain = BestUs(5, [&] {
+      for (int64_t n0 = 0; n0 < N; n0 += 512) {
+        const bnb::core::Blockwise4Range rows{512 * K, kBlocksize, 0, 512 * K / kBlocksize};
+        bnb::core::DequantizeBlockwise4(DType::kBFloat16, B.data() + n0 * K / 2, absmax.data() + n0 * K / kBlocksize,
+                                        code16, rows, band.data());
+      }
+    });
+    std::printf("dequantize 4096 x 4096 to bfloat16 in bands: from the tiled layout %.0f us, from bitsandbytes' "
+                "%.0f us\n", tiled, plain);
   }
   for (int threads : {1, 2}) {
     for (DType dtype : {DType::kBFloat16, DType::kFloat32}) {
