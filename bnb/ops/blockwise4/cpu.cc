@@ -151,13 +151,13 @@ struct Cpu {
     if (!workspace.defined() || workspace.scalar_type() != A.scalar_type() || workspace.numel() < band * K) {
       workspace = at::empty({band * K}, A.options());
     }
-    at::Tensor out2 = out.view({M, N});
+    at::Tensor out_mn = out.view({M, N});
     for (int64_t n0 = 0; n0 < N; n0 += band) {
       const int64_t rows = std::min(band, N - n0);
       at::Tensor w = workspace.narrow(0, 0, rows * K).view({rows, K});
       fill(n0, rows, w);
       const at::Tensor part = bias.has_value() ? at::addmm(bias->narrow(0, n0, rows), a, w.t()) : at::mm(a, w.t());
-      out2.narrow(1, n0, rows).copy_(part);
+      out_mn.narrow(1, n0, rows).copy_(part);
     }
   }
 
@@ -185,7 +185,8 @@ struct Cpu {
 
   // The packed product where bnb/core has a kernel for A's dtype (core::Gemm4PackedMaxRows, or
   // core::Gemm4PackedInt8Runs with int8 activations, which are quantized once per call), tiles split over threads;
-  // more rows than one call of the kernel takes run as slices of A's rows of equal size, one after another.
+  // more rows than one call of the kernel takes run as slices of A's rows of equal size, one after another, or,
+  // from core::Gemm4PackedDenseFrom rows, the weight is dequantized in bands and multiplied by addmm.
   static bool GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
                          int64_t N, int64_t K, int64_t blocksize, const at::Tensor& code,
                          const c10::optional<at::Tensor>& bias, bool int8_activations, at::Tensor& out) {
@@ -199,10 +200,10 @@ struct Cpu {
     const at::Tensor a = A.contiguous(), c = code.contiguous(), cs = codes.contiguous(), ss = scales.contiguous();
     const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
     const core::Packed4 w{cs.data_ptr<uint8_t>(), ss.data_ptr<float>(), N, K, blocksize};
+    const float* cp = c.data_ptr<float>();
+    const int64_t item = static_cast<int64_t>(a.element_size());
     const int64_t dense_from = core::Gemm4PackedDenseFrom(dtype, bf16_products);
     if (!int8_activations && dense_from > 0 && M >= dense_from) {  // the weight in bands, and dense products
-      const float* cp = c.data_ptr<float>();
-      const int64_t item = static_cast<int64_t>(a.element_size());
       const c10::optional<at::Tensor> bias_c = b.defined() ? c10::optional<at::Tensor>(b) : c10::nullopt;
       BandedProduct(a, N, K, core::kPackRows, bias_c, out, [&](int64_t n0, int64_t rows, at::Tensor& band) {
         char* bp = static_cast<char*>(band.data_ptr());
@@ -214,7 +215,6 @@ struct Cpu {
       return true;
     }
     const void* ap = a.data_ptr();
-    const float* cp = c.data_ptr<float>();
     const void* biasp = b.defined() ? b.data_ptr() : nullptr;
     void* outp = out.data_ptr();
     if (int8_activations) {
@@ -226,7 +226,6 @@ struct Cpu {
       return true;
     }
     const int64_t slices = (M + max_rows - 1) / max_rows, rows = (M + slices - 1) / slices;
-    const int64_t item = static_cast<int64_t>(a.element_size());
     for (int64_t r0 = 0; r0 < M; r0 += rows) {
       const int64_t m = std::min(rows, M - r0);
       const void* as = static_cast<const char*>(ap) + r0 * K * item;

@@ -116,8 +116,7 @@ def _cpu_packed(A, B, quant_state, bias) -> Optional[tuple[torch.Tensor, torch.T
     layout = cpu_layout.layout_of(quant_state)
     if layout is not None:  # the weight itself is in the layout (Linear4bit repacked it): any rows, also compiled
         # Compiled code takes the default products: a knob read (C++) would break the graph.
-        int8 = (not torch.compiler.is_compiling() and bool(bnb_config.get("cpu.int8_activations"))
-                and _C.gemm4_packed_int8_runs())
+        int8 = not torch.compiler.is_compiling() and cpu_layout.int8_activations()
         return cpu_layout.codes_of(B, quant_state), layout.scales, int8
     if torch.compiler.is_compiling():
         return None
@@ -125,7 +124,7 @@ def _cpu_packed(A, B, quant_state, bias) -> Optional[tuple[torch.Tensor, torch.T
     blocksize = quant_state.blocksize
     if not _C.packed4_fits(N, K, blocksize) or not bnb_config.get("cpu.pack_4bit"):
         return None
-    int8 = bool(bnb_config.get("cpu.int8_activations")) and _C.gemm4_packed_int8_runs()
+    int8 = cpu_layout.int8_activations()
     if not int8 and not _C.gemm4_packed_runs(str(A.dtype), A.numel() // K):
         return None
     sources = [B, quant_state.absmax]

@@ -87,14 +87,18 @@ def plain_form(B: torch.Tensor, state: QuantState) -> tuple[torch.Tensor, QuantS
     return data.view(layout.storage_dtype).reshape(layout.storage_shape), layout.plain
 
 
+def int8_activations() -> bool:
+    """Whether products over the layout quantize A to int8: knob cpu.int8_activations, where its kernel runs."""
+    return bool(bnb_config.get("cpu.int8_activations")) and _C.gemm4_packed_int8_runs()
+
+
 def product(x: torch.Tensor, codes: torch.Tensor, state: QuantState, bias: Optional[torch.Tensor]) -> torch.Tensor:
     """x @ W.T (+ bias) for a repacked weight's tiled `codes` (flat) and its marked `state`, x on the CPU in a dtype
     the op takes: what matmul_4bit calls for it (the bias in x's dtype, added inside the op), without its general
     checks, which cost more than the product of a small layer's one token."""
-    int8 = bool(bnb_config.get("cpu.int8_activations")) and _C.gemm4_packed_int8_runs()
     layout = state.__dict__["cpu_layout"]
     return torch.ops.bnb.gemm_4bit_packed(x, codes, layout.scales, layout.shape, state.blocksize, layout.code,
-                                          None if bias is None else bias.to(x.dtype), int8)
+                                          None if bias is None else bias.to(x.dtype), int8_activations())
 
 
 def repackable(weight, dtype: torch.dtype) -> bool:
@@ -109,34 +113,30 @@ def repackable(weight, dtype: torch.dtype) -> bool:
     N, K = state.shape
     if not _C.packed4_fits(N, K, state.blocksize) or weight.numel() * weight.element_size() != N * K // 2:
         return False
-    int8 = bool(bnb_config.get("cpu.int8_activations")) and _C.gemm4_packed_int8_runs()
-    return int8 or (dtype in (torch.float32, torch.float16, torch.bfloat16) and _C.gemm4_packed_runs(str(dtype), 1))
+    return int8_activations() or (dtype in (torch.float32, torch.float16, torch.bfloat16)
+                                  and _C.gemm4_packed_runs(str(dtype), 1))
 
 
 def repack(weight) -> bool:
     """Puts `weight` (a Params4bit that repackable() took) in the tiled layout, in place: its data becomes the tiled
     codes and its quant_state (and its module's) a marked copy of the old one. False, the weight unchanged, where a
     block scale is infinite or NaN (such rows follow gemv_4bit's rule, which the layout does not keep)."""
-    from . import functional as F
+    from . import functional as F  # which imports this module
     with LOCK:
-        return _repack(weight, F)
-
-
-def _repack(weight, F) -> bool:
-    state = weight.quant_state
-    N, K = state.shape
-    scales = F._absmax_of(state).float().contiguous()
-    if not bool(torch.isfinite(scales).all()):
-        return False
-    data = weight.data
-    with torch.inference_mode(False):  # tensors a Parameter can hold, also when called under inference_mode
-        codes, scales = torch.ops.bnb.pack_4bit(data, [N, K], scales, state.blocksize)
-    state.__dict__.pop("_cpu_pack", None)  # matmul_4bit's copy for this state: it held the old bytes too
-    marked = copy.copy(state)
-    marked.cpu_layout = CpuLayout(scales, [N, K], F._code4(state.quant_type, codes.device), data.dtype,
-                                  tuple(data.shape), state, codes)
-    weight._hold(codes.view(-1, 1), marked)
-    return True
+        state = weight.quant_state
+        N, K = state.shape
+        scales = F._absmax_of(state).float().contiguous()
+        if not bool(torch.isfinite(scales).all()):
+            return False
+        data = weight.data
+        with torch.inference_mode(False):  # tensors a Parameter can hold, also when called under inference_mode
+            codes, scales = torch.ops.bnb.pack_4bit(data, [N, K], scales, state.blocksize)
+        state.__dict__.pop("_cpu_pack", None)  # matmul_4bit's copy for this state: it held the old bytes too
+        marked = copy.copy(state)
+        marked.cpu_layout = CpuLayout(scales, [N, K], F._code4(state.quant_type, codes.device), data.dtype,
+                                      tuple(data.shape), state, codes)
+        weight._hold(codes.view(-1, 1), marked)
+        return True
 
 
 def restore(weight) -> None:
