@@ -98,6 +98,11 @@ def matmul_4bit(A: torch.Tensor, B: torch.Tensor, quant_state: QuantState, out: 
     return result
 
 
+def _wants_grad(A: torch.Tensor, bias: Optional[torch.Tensor]) -> bool:
+    """Whether a product of A (and bias) by a 4-bit weight must be differentiable: grad on, and either requiring it."""
+    return torch.is_grad_enabled() and (A.requires_grad or (bias is not None and bias.requires_grad))
+
+
 def _cpu_packed(A, B, quant_state, bias) -> Optional[tuple[torch.Tensor, torch.Tensor, bool]]:
     """The weight's tiled CPU layout (codes, scales of bnb::pack_4bit, and whether to quantize A to int8: knob
     cpu.int8_activations, where its kernel runs) where this product takes it, else None: on the CPU, without grad,
@@ -111,7 +116,7 @@ def _cpu_packed(A, B, quant_state, bias) -> Optional[tuple[torch.Tensor, torch.T
     if (A.device.type != "cpu" or B.device.type != "cpu" or A.dtype not in _GEMV_DTYPES or A.dim() == 0
             or A.numel() == 0 or A.shape[-1] != quant_state.shape[-1]):
         return None
-    if torch.is_grad_enabled() and (A.requires_grad or (bias is not None and bias.requires_grad)):
+    if _wants_grad(A, bias):
         return None
     layout = cpu_layout.layout_of(quant_state)
     if layout is not None:  # the weight itself is in the layout (Linear4bit repacked it): any rows, also compiled

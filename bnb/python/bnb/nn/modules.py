@@ -15,7 +15,7 @@ from torch import nn
 from .. import config as bnb_config
 from .. import cpu_layout
 from .. import functional as F
-from ..autograd import matmul_4bit
+from ..autograd import _wants_grad, matmul_4bit
 from ..quant_state import QuantState
 
 
@@ -380,14 +380,13 @@ class Linear4bit(_Quantized4bitModule, nn.Linear):
         inference (eval mode, no gradient wanted), as bitsandbytes repacks; back to bitsandbytes' bytes for a call
         that wants gradients or with knob cpu.pack_4bit off. Training mode repacks nothing: a no-grad pass inside a
         training loop would otherwise repack and restore the weights at every step."""
-        wants_grad = torch.is_grad_enabled() and (
-            x.requires_grad or (self.bias is not None and self.bias.requires_grad))
+        grad = _wants_grad(x, self.bias)
         if cpu_layout.layout_of(state) is not None:
-            if wants_grad or not bnb_config.get("cpu.pack_4bit"):
+            if grad or not bnb_config.get("cpu.pack_4bit"):
                 cpu_layout.restore(self.weight)
                 return self.weight.quant_state
             return state
-        if (self.training or wants_grad or state is not self.weight.quant_state
+        if (self.training or grad or state is not self.weight.quant_state
                 or not cpu_layout.repackable(self.weight, x.dtype) or not cpu_layout.repack(self.weight)):
             return state
         return self.weight.quant_state
