@@ -30,7 +30,8 @@ PackedKernel Choose(DType dtype, bool bf16_products) {
   switch (ActiveGemv4Kernel(dtype, 128, bf16_products)) {
     case Gemv4Kernel::kAvx512Bf16: return PackedKernel::kBf16;
     case Gemv4Kernel::kAvx512: return PackedKernel::kF32;
-    case Gemv4Kernel::kHighway: break;
+    case Gemv4Kernel::kHighway:
+    case Gemv4Kernel::kHighwayBf16: break;
   }
   return PackedKernel::kNone;
 }

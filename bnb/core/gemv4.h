@@ -21,7 +21,8 @@ namespace bnb::core {
 // is not bit-identical to Gemv4Scalar, only close (float32 rounding of a differently ordered sum). Integer-valued
 // inputs whose partial sums stay below 2^24 give identical results, and so do rows with an infinite or NaN
 // absmax, which follow the definition (so NaN comes out where the dense product gives NaN).
-// bf16_products: whether bfloat16 A may take the kAvx512Bf16 kernel (knob cpu.gemv_bf16_products).
+// bf16_products: whether bfloat16 A may take a kernel that rounds the code values to bfloat16 (knob
+// cpu.gemv_bf16_products; ActiveGemv4Kernel).
 void Gemv4(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,
            int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end, bool bf16_products = true);
 
@@ -60,10 +61,17 @@ void Gemm4Small(DType dtype, const void* A, int64_t M, const uint8_t* B, const f
 //     bfloat16 and multiplied by vdpbf16ps, so each weight's code value carries a relative error of at most 2^-9
 //     (what a dequantized bfloat16 weight carries; gemv4_x86.h);
 //   - kAvx512: any other dtype, K a multiple of 128, AVX-512 dispatched: float32 products of the exact code values;
-//   - kHighway: the rest, the per-target kernel of gemv4_hwy.cc.
-enum class Gemv4Kernel { kHighway, kAvx512, kAvx512Bf16 };
+//   - kHighwayBf16: the per-target kernel of gemv4_hwy.cc for the other bfloat16 A with bf16_products, on vector
+//     targets: the code values rounded to bfloat16 as kAvx512Bf16 rounds them, float32 products and sums;
+//   - kHighway: the rest, that kernel with the exact code values (the scalar target: the definition).
+enum class Gemv4Kernel { kHighway, kHighwayBf16, kAvx512, kAvx512Bf16 };
 Gemv4Kernel ActiveGemv4Kernel(DType dtype, int64_t K, bool bf16_products = true);
-const char* Gemv4KernelName(Gemv4Kernel kernel);  // "highway", "avx512", "avx512bf16"
+const char* Gemv4KernelName(Gemv4Kernel kernel);  // "highway", "highway_bf16", "avx512", "avx512bf16"
+bool IsAvx512(Gemv4Kernel kernel);                 // kAvx512 or kAvx512Bf16
+// Whether the kernel multiplies the code values rounded to bfloat16 (each then off by at most 2^-9 of itself).
+inline bool RoundsCodesToBf16(Gemv4Kernel kernel) {
+  return kernel == Gemv4Kernel::kAvx512Bf16 || kernel == Gemv4Kernel::kHighwayBf16;
+}
 
 // log2(blocksize), for a power of two: the kernels find a block as element >> BlockShift(blocksize).
 int BlockShift(int64_t blocksize);

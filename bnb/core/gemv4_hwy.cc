@@ -7,7 +7,9 @@
 //
 // Two ways to look up the 16 code values, both without gathers:
 //   - fast path (K a multiple of 32, the usual case): byte shuffles within 128-bit blocks on a whole byte vector
-//     (BytePlanes), with A permuted beforehand into the order those shuffles produce;
+//     (BytePlanes: four byte planes of float32 values; BytePlanes16: two of bfloat16 values, for bfloat16 A with
+//     the code values rounded to bfloat16, Gemv4Kernel::kHighwayBf16), with A permuted beforehand into the order
+//     those shuffles produce;
 //   - general path (any K, row starts mid-byte, the rest of a row): 32-bit permutes (Table16), per absmax block.
 // On Zen 3 a cross-lane 32-bit permute costs about three byte shuffles, so the fast path is the much faster one
 // (figures: tools/bench/NOTES.md, '4-bit gemv').
@@ -23,6 +25,7 @@
 #include "bnb/core/blockwise4.h"
 #include "bnb/core/cpu_isa.h"
 #include "bnb/core/gemv4.h"
+#include "bnb/core/gemv4_bands.h"
 #include "bnb/core/gemv4_x86.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -55,10 +58,19 @@ bool AnyNonFinite(const float* x, int64_t n) {
 
 #if HWY_TARGET == HWY_SCALAR
 
-// One lane: the vector formulation buys nothing, so this target runs the definition itself.
-void Gemv4Vec(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,
-              int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end) {
-  Gemv4Scalar(dtype, A, B, absmax, code16, N, K, blocksize, out, row_begin, row_end);
+// One lane: the vector formulation buys nothing, so this target runs the definition itself (and never rounds the
+// code values: ActiveGemv4Kernel names no bfloat16-code kernel here).
+void Gemv4Vec(DType dtype, const void* A, const uint8_t* B, const float* absmax, const NestedAbsmax* nested,
+              const float* code16, int64_t N, int64_t K, int64_t blocksize, void* out, int64_t row_begin,
+              int64_t row_end, bool bf16_codes) {
+  (void)bf16_codes;
+  if (nested == nullptr) return Gemv4Scalar(dtype, A, B, absmax, code16, N, K, blocksize, out, row_begin, row_end);
+  const int64_t out_size = DTypeSize(dtype);
+  ForEachNestedBand(*nested, N, K, blocksize, row_begin, row_end, false,
+                    [&](int64_t m0, const float* scales, int64_t r0, int64_t r1) {
+                      Gemv4Scalar(dtype, A, B + m0 * K / 2, scales, code16, r1, K, blocksize,
+                                  static_cast<char*>(out) + m0 * out_size, r0, r1);
+                    });
 }
 
 #else
@@ -117,6 +129,46 @@ struct BytePlanes {
     acc1 = hn::MulAdd(hn::BitCast(df, hn::InterleaveUpper(d16, h01, h23)), hn::LoadU(df, a + 3 * kN), acc1);
     return hn::Add(acc, acc1);
   }
+
+  // Which of a chunk's kBytes indices float vector v, 128-bit block b, lane r holds (A's order for Dot).
+  static int64_t Index(size_t v, size_t b, size_t r) { return static_cast<int64_t>(16 * b + 4 * v + r); }
+};
+
+// The 16 code values rounded to bfloat16, as two byte planes: the kernel for bfloat16 A with bfloat16 products
+// (Gemv4Kernel::kHighwayBf16). Two byte lookups and one round of 8-bit interleaving give each value's 16 bits, in
+// 32-bit lanes two by two; a shift or a mask makes each a float32. Half the shuffles of BytePlanes, whose second
+// round of interleaving becomes a shift and an AND, which run on other ports. Float vector v, block b, lane r holds
+// index 16 * b + 8 * (v / 2) + 2 * r + v % 2; A is laid out in that order beforehand.
+struct BytePlanes16 {
+  V8 lo, hi;
+
+  explicit BytePlanes16(const float* code16) {
+    HWY_ALIGN uint8_t bytes[2][16];
+    for (int c = 0; c < 16; ++c) {
+      const uint16_t bits = FloatToBF16(code16[c]);
+      bytes[0][c] = static_cast<uint8_t>(bits);
+      bytes[1][c] = static_cast<uint8_t>(bits >> 8);
+    }
+    lo = hn::LoadDup128(D8(), bytes[0]);
+    hi = hn::LoadDup128(D8(), bytes[1]);
+  }
+
+  HWY_INLINE VF Dot(V8 idx, const float* a, VF acc) const {
+    const D8 d8;
+    const DU32 d32;
+    const DF df;
+    const auto w0 = hn::BitCast(d32, hn::InterleaveLower(d8, hn::TableLookupBytes(lo, idx),
+                                                         hn::TableLookupBytes(hi, idx)));
+    const auto w1 = hn::BitCast(d32, hn::InterleaveUpper(d8, hn::TableLookupBytes(lo, idx),
+                                                         hn::TableLookupBytes(hi, idx)));
+    const auto upper = hn::Set(d32, 0xFFFF0000u);
+    acc = hn::MulAdd(hn::BitCast(df, hn::ShiftLeft<16>(w0)), hn::LoadU(df, a), acc);
+    acc = hn::MulAdd(hn::BitCast(df, hn::And(w0, upper)), hn::LoadU(df, a + kN), acc);
+    acc = hn::MulAdd(hn::BitCast(df, hn::ShiftLeft<16>(w1)), hn::LoadU(df, a + 2 * kN), acc);
+    return hn::MulAdd(hn::BitCast(df, hn::And(w1, upper)), hn::LoadU(df, a + 3 * kN), acc);
+  }
+
+  static int64_t Index(size_t v, size_t b, size_t r) { return static_cast<int64_t>(16 * b + 8 * (v / 2) + 2 * r + v % 2); }
 };
 
 // A widened to float, and split by nibble. A row whose first flat element m * K is even starts on a byte: byte t of
@@ -132,9 +184,20 @@ struct SplitA {
   bool fast;
   int64_t fast_end;  // the fast path covers row elements [0, fast_end)
 
-  SplitA(DType dtype, const void* A, int64_t K) : a(K), fast(K % 32 == 0), fast_end(0) {
-    for (int64_t k = 0; k < K; ++k) a[k] = LoadAsFloat(dtype, A, k);
-    for (int par = 0; par < 2; ++par) {
+  // Planes: BytePlanes or BytePlanes16, whose order the fast arrays take. Built once per call and thread, for
+  // every row: the general path's arrays only where some row has elements the fast path leaves.
+  template <class Planes>
+  SplitA(DType dtype, const void* A, int64_t K, const Planes*)
+      : a(K), fast(K % 32 == 0), fast_end(fast ? K / kChunk * kChunk : 0) {
+    if (dtype == DType::kBFloat16) {
+      const uint16_t* h = static_cast<const uint16_t*>(A);
+      for (int64_t k = 0; k < K; ++k) a[k] = BF16ToFloat(h[k]);
+    } else if (dtype == DType::kFloat32) {
+      std::copy_n(static_cast<const float*>(A), K, a.data());
+    } else {
+      for (int64_t k = 0; k < K; ++k) a[k] = LoadAsFloat(dtype, A, k);
+    }
+    for (int par = 0; par < 2 && fast_end < K; ++par) {
       if (par == 1 && K % 2 == 0) break;  // every row starts on a byte
       const int64_t pairs = (K - par) / 2;
       hi[par].resize(pairs);
@@ -144,20 +207,16 @@ struct SplitA {
         lo[par][t] = a[2 * t + par + 1];
       }
     }
-    if (fast) {
-      const int64_t chunks = K / kChunk;
-      fast_end = chunks * kChunk;
-      hi_fast.resize(chunks * kBytes);
-      lo_fast.resize(chunks * kBytes);
-      for (int64_t c = 0; c < chunks; ++c) {
-        for (size_t block = 0; block < kBytes / 16; ++block) {
-          for (size_t q = 0; q < 4; ++q) {
-            for (size_t r = 0; r < 4; ++r) {
-              const int64_t to = c * kBytes + q * kN + 4 * block + r;
-              const int64_t t = c * kBytes + 16 * block + 4 * q + r;
-              hi_fast[to] = hi[0][t];
-              lo_fast[to] = lo[0][t];
-            }
+    hi_fast.resize(fast_end / 2);
+    lo_fast.resize(fast_end / 2);
+    for (int64_t c = 0; c < fast_end / kChunk; ++c) {
+      for (size_t block = 0; block < kBytes / 16; ++block) {
+        for (size_t v = 0; v < 4; ++v) {
+          for (size_t r = 0; r < 4; ++r) {
+            const int64_t to = c * kBytes + v * kN + 4 * block + r;
+            const int64_t t = c * kBytes + Planes::Index(v, block, r);
+            hi_fast[to] = a[2 * t];
+            lo_fast[to] = a[2 * t + 1];
           }
         }
       }
@@ -165,10 +224,12 @@ struct SplitA {
   }
 };
 
+// code16: the values this kernel multiplies (the code values, or their bfloat16 roundings with BytePlanes16).
+template <class Planes>
 struct Kernel {
   const SplitA& sa;
   const Table16& table;
-  const BytePlanes& planes;
+  const Planes& planes;
   const uint8_t* B;
   const float* absmax;
   const float* code16;
@@ -188,8 +249,8 @@ struct Kernel {
       for (; k < fast_end; k += kChunk) {
         const int64_t f = base + k;
         const V8 bytes = hn::LoadU(d8, B + (f >> 1));
-        VF sum = planes.Dot(hn::ShiftRight<4>(bytes), sa.hi_fast.data() + (k >> 1), hn::Zero(df));
-        sum = planes.Dot(hn::And(bytes, nibble), sa.lo_fast.data() + (k >> 1), sum);
+        const VF sum = hn::Add(planes.Dot(hn::ShiftRight<4>(bytes), sa.hi_fast.data() + (k >> 1), hn::Zero(df)),
+                               planes.Dot(hn::And(bytes, nibble), sa.lo_fast.data() + (k >> 1), hn::Zero(df)));
         // Each 128-bit block of the chunk covers 32 weights starting at a multiple of 32: one absmax block.
         const int64_t first = f >> block_shift;
         VF scale;
@@ -249,16 +310,13 @@ struct Kernel {
   }
 };
 
-}  // namespace
-
-void Gemv4Vec(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,
-              int64_t K, int64_t blocksize, void* out, int64_t row_begin, int64_t row_end) {
-  if (row_begin >= row_end) return;
+// Rows [row_begin, row_end) of one matrix (a nested band's, or the whole), A laid out already.
+template <class Planes>
+void Rows(DType dtype, const void* A, const SplitA& sa, const Table16& table, const Planes& planes,
+          const float* values, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
+          int64_t blocksize, void* out, int64_t row_begin, int64_t row_end) {
   const int block_shift = BlockShift(blocksize);
-  const SplitA sa(dtype, A, K);
-  const Table16 table = Table16::FromArray(code16);
-  const BytePlanes planes(code16);
-  const Kernel kernel{sa, table, planes, B, absmax, code16, K, block_shift};
+  const Kernel<Planes> kernel{sa, table, planes, B, absmax, values, K, block_shift};
   // Rows with an infinite or NaN absmax take the definition: sum(code * a) * absmax would turn the NaN of a code-0
   // weight (0 * inf) or of +inf and -inf weights meeting into +-inf, where the dense product gives NaN.
   std::vector<char> by_definition(row_end - row_begin, 0);
@@ -274,11 +332,46 @@ void Gemv4Vec(DType dtype, const void* A, const uint8_t* B, const float* absmax,
   }
   for (int64_t m = row_begin; m < row_end; ++m) {
     if (by_definition[m - row_begin]) {
-      Gemv4Scalar(dtype, A, B, absmax, code16, N, K, int64_t{1} << block_shift, out, m, m + 1);
+      Gemv4Scalar(dtype, A, B, absmax, code16, row_end, K, blocksize, out, m, m + 1);
     } else {
       StoreFromFloat(dtype, out, m, acc[m - row_begin]);
     }
   }
+}
+
+template <class Planes>
+void RowsWith(DType dtype, const void* A, const uint8_t* B, const float* absmax, const NestedAbsmax* nested,
+              const float* code16, const float* values, int64_t N, int64_t K, int64_t blocksize, void* out,
+              int64_t row_begin, int64_t row_end) {
+  const Planes planes(values);
+  // A laid out once per call, for every band.
+  const SplitA sa(dtype, A, K, &planes);
+  const Table16 table = Table16::FromArray(values);
+  if (nested == nullptr) {
+    return Rows(dtype, A, sa, table, planes, values, B, absmax, code16, K, blocksize, out, row_begin, row_end);
+  }
+  const int64_t out_size = DTypeSize(dtype);
+  ForEachNestedBand(*nested, N, K, blocksize, row_begin, row_end, false,
+                    [&](int64_t m0, const float* scales, int64_t r0, int64_t r1) {
+                      Rows(dtype, A, sa, table, planes, values, B + m0 * K / 2, scales, code16, K, blocksize,
+                           static_cast<char*>(out) + m0 * out_size, r0, r1);
+                    });
+}
+
+}  // namespace
+
+// bf16_codes: multiply the code values rounded to bfloat16 (Gemv4Kernel::kHighwayBf16), else the exact ones.
+void Gemv4Vec(DType dtype, const void* A, const uint8_t* B, const float* absmax, const NestedAbsmax* nested,
+              const float* code16, int64_t N, int64_t K, int64_t blocksize, void* out, int64_t row_begin,
+              int64_t row_end, bool bf16_codes) {
+  if (row_begin >= row_end) return;
+  if (!bf16_codes) {
+    return RowsWith<BytePlanes>(dtype, A, B, absmax, nested, code16, code16, N, K, blocksize, out, row_begin,
+                                row_end);
+  }
+  float rounded[16];
+  for (int c = 0; c < 16; ++c) rounded[c] = BF16ToFloat(FloatToBF16(code16[c]));
+  RowsWith<BytePlanes16>(dtype, A, B, absmax, nested, code16, rounded, N, K, blocksize, out, row_begin, row_end);
 }
 
 #endif  // HWY_TARGET == HWY_SCALAR
@@ -306,14 +399,19 @@ Gemv4Kernel ActiveGemv4Kernel(DType dtype, int64_t K, bool bf16_products) {
                                                                                      : Gemv4Kernel::kAvx512;
   }
 #endif
-  (void)dtype, (void)K, (void)bf16_products;
+  // The scalar target runs the definition, exact code values.
+  if (dtype == DType::kBFloat16 && bf16_products && ActiveTarget() != HWY_SCALAR) return Gemv4Kernel::kHighwayBf16;
+  (void)K;
   return Gemv4Kernel::kHighway;
 }
+
+bool IsAvx512(Gemv4Kernel kernel) { return kernel == Gemv4Kernel::kAvx512 || kernel == Gemv4Kernel::kAvx512Bf16; }
 
 const char* Gemv4KernelName(Gemv4Kernel kernel) {
   switch (kernel) {
     case Gemv4Kernel::kAvx512Bf16: return "avx512bf16";
     case Gemv4Kernel::kAvx512: return "avx512";
+    case Gemv4Kernel::kHighwayBf16: return "highway_bf16";
     case Gemv4Kernel::kHighway: break;
   }
   return "highway";
@@ -321,50 +419,15 @@ const char* Gemv4KernelName(Gemv4Kernel kernel) {
 
 namespace {
 
-// Nested statistics, a band of rows at a time: each band starts on a row whose first element begins a block (a
-// multiple of `step` rows), so that to the kernels it is a matrix of its own, its codes starting on a byte and its
-// blocks at block 0 of the band's scales, which are expanded just before (about kBandBlocks of them: in L2 beside
-// the rows' codes). run(m0, band's scales, first row, end row), rows counted from m0.
-template <class Run>
-void ForEachNestedBand(const NestedAbsmax& nested, int64_t N, int64_t K, int64_t blocksize, int64_t row_begin,
-                       int64_t row_end, bool avx512, const Run& run) {
-  constexpr int64_t kBandBlocks = 16384;
-  const int64_t step = blocksize / std::gcd(K % blocksize, blocksize);  // m * K % blocksize == 0 iff step | m
-  const int64_t band_rows = std::max<int64_t>(step, kBandBlocks * blocksize / K / step * step);
-  thread_local std::vector<float> scales;  // kept between calls: no page faults for a fresh buffer each time
-  for (int64_t m0 = row_begin / step * step; m0 < row_end; m0 += band_rows) {
-    const int64_t m1 = std::min({m0 + band_rows, N, row_end});
-    const int64_t b0 = m0 * K / blocksize;                    // exact: step | m0
-    const int64_t b1 = (m1 * K + blocksize - 1) / blocksize;  // the blocks rows [m0, m1) touch
-    scales.resize(b1 - b0);
-    if (avx512) {
-#if BNB_GEMV4_X86
-      gemv4_x86::ExpandNested(nested.q, nested.code256, nested.absmax2, nested.offset, b0, b1, scales.data());
-#endif
-    } else {
-      for (int64_t b = b0; b < b1; ++b) {
-        const float scaled = nested.code256[nested.q[b]] * nested.absmax2[b / kNestedBlocksize];
-        scales[b - b0] = scaled + nested.offset;
-      }
-    }
-    run(m0, scales.data(), std::max(row_begin, m0) - m0, m1 - m0);
-  }
-}
-
 // Gemv4 and Gemv4Nested: absmax, or (null and) the nested statistics.
 void Gemv4Any(DType dtype, const void* A, const uint8_t* B, const float* absmax, const NestedAbsmax* nested,
               const float* code16, int64_t N, int64_t K, int64_t blocksize, void* out, int64_t row_begin,
               int64_t row_end, bool bf16_products) {
   if (row_begin >= row_end) return;
-  const int64_t out_size = DTypeSize(dtype);
   const Gemv4Kernel kernel = ActiveGemv4Kernel(dtype, K, bf16_products);
-  // Rows [r0, r1) of the band whose codes start at b and block scales at scales (m * K / 2 is exact for the rows a
-  // band starts on: blocksize is even, so m * K is).
-  std::function<void(const uint8_t*, const float*, void*, int64_t, int64_t)> rows;
-  if (kernel == Gemv4Kernel::kHighway) {
-    rows = [&](const uint8_t* b, const float* scales, void* o, int64_t r0, int64_t r1) {
-      HWY_DYNAMIC_DISPATCH(Gemv4Vec)(dtype, A, b, scales, code16, r1, K, blocksize, o, r0, r1);
-    };
+  if (!IsAvx512(kernel)) {
+    return HWY_DYNAMIC_DISPATCH(Gemv4Vec)(dtype, A, B, absmax, nested, code16, N, K, blocksize, out, row_begin,
+                                          row_end, kernel == Gemv4Kernel::kHighwayBf16);
   }
 #if BNB_GEMV4_X86
   // A laid out once for all bands.
@@ -372,40 +435,41 @@ void Gemv4Any(DType dtype, const void* A, const uint8_t* B, const float* absmax,
   std::vector<uint16_t> a16;
   if (kernel == Gemv4Kernel::kAvx512Bf16) {
     a16 = gemv4_x86::ArrangeBf16(A, K);
-  } else if (kernel == Gemv4Kernel::kAvx512) {
+  } else {
     a32 = gemv4_x86::ArrangeF32(dtype, A, K);
   }
   const int block_shift = BlockShift(blocksize);
   std::vector<float> acc;
-  if (kernel != Gemv4Kernel::kHighway) {
-    rows = [&](const uint8_t* b, const float* scales, void* o, int64_t r0, int64_t r1) {
-      acc.resize(r1 - r0);
-      if (kernel == Gemv4Kernel::kAvx512Bf16) {
-        gemv4_x86::RowsBf16(a16.data(), b, scales, code16, K, block_shift, acc.data(), r0, r1);
+  // Rows [r0, r1) of the band whose codes start at b and block scales at scales.
+  const auto rows = [&](const uint8_t* b, const float* scales, void* o, int64_t r0, int64_t r1) {
+    acc.resize(r1 - r0);
+    if (kernel == Gemv4Kernel::kAvx512Bf16) {
+      gemv4_x86::RowsBf16(a16.data(), b, scales, code16, K, block_shift, acc.data(), r0, r1);
+    } else {
+      gemv4_x86::RowsF32(a32.data(), b, scales, code16, K, block_shift, acc.data(), r0, r1);
+    }
+    for (int64_t m = r0; m < r1; ++m) {
+      if (RowHasNonFiniteAbsmax(scales, m, K, block_shift)) {
+        Gemv4Scalar(dtype, A, b, scales, code16, r1, K, blocksize, o, m, m + 1);
       } else {
-        gemv4_x86::RowsF32(a32.data(), b, scales, code16, K, block_shift, acc.data(), r0, r1);
+        StoreFromFloat(dtype, o, m, acc[m - r0]);
       }
-      for (int64_t m = r0; m < r1; ++m) {
-        if (RowHasNonFiniteAbsmax(scales, m, K, block_shift)) {
-          Gemv4Scalar(dtype, A, b, scales, code16, r1, K, blocksize, o, m, m + 1);
-        } else {
-          StoreFromFloat(dtype, o, m, acc[m - r0]);
-        }
-      }
-    };
-  }
-#endif
+    }
+  };
   if (nested == nullptr) return rows(B, absmax, out, row_begin, row_end);
-  ForEachNestedBand(*nested, N, K, blocksize, row_begin, row_end, kernel != Gemv4Kernel::kHighway,
+  // m * K / 2 is exact for the rows a band starts on: blocksize is even, so m * K is.
+  const int64_t out_size = DTypeSize(dtype);
+  ForEachNestedBand(*nested, N, K, blocksize, row_begin, row_end, true,
                     [&](int64_t m0, const float* scales, int64_t r0, int64_t r1) {
                       rows(B + m0 * K / 2, scales, static_cast<char*>(out) + m0 * out_size, r0, r1);
                     });
+#endif
 }
 
 }  // namespace
 
 bool Gemm4SmallRuns(DType dtype, int64_t M, int64_t K, bool bf16_products) {
-  return M >= 1 && M <= 32 && ActiveGemv4Kernel(dtype, K, bf16_products) != Gemv4Kernel::kHighway;
+  return M >= 1 && M <= 32 && IsAvx512(ActiveGemv4Kernel(dtype, K, bf16_products));
 }
 
 void Gemm4Small(DType dtype, const void* A, int64_t M, const uint8_t* B, const float* absmax,

@@ -43,10 +43,10 @@ const std::vector<KnobSpec>& AllKnobs() {
        "dequantizes: kernels with more work an element, the quantizes and the optimizer updates, hand out "
        "proportionally fewer)"},
       {"cpu.gemv_bf16_products", KnobType::kBool, true, 0, 0,
-       "bfloat16 gemv_4bit / gemm_4bit on AVX512-BF16 multiply in bfloat16 (vdpbf16ps): one token the code values "
-       "rounded to bfloat16, small batches the dequantized weight rounded to bfloat16; about 1.4x faster, with the "
-       "error of dequantize + F.linear in bfloat16; false multiplies the exact code values in float32, with about 2/3 "
-       "of that error"},
+       "bfloat16 gemv_4bit / gemm_4bit multiply in bfloat16: one token the code values rounded to bfloat16 (by "
+       "vdpbf16ps on AVX512-BF16, else float32 products of the rounded values), small batches on AVX512-BF16 the "
+       "dequantized weight rounded to bfloat16; about 1.2-1.4x faster, with the error of dequantize + F.linear in "
+       "bfloat16; false multiplies the exact code values in float32, with about 2/3 of that error"},
       {"cpu.pack_4bit", KnobType::kBool, true, 0, 0,
        "matmul_4bit / Linear4bit on the CPU, without grad, multiply the 4-bit weight in a tiled layout "
        "(bnb::pack_4bit: rows in tiles of 16): one token about 1.1-1.4x, batches of 2-64 rows 1.2-1.9x faster "

@@ -44,9 +44,11 @@ const Shape kShapes[] = {{1, 32, 32},    {3, 64, 32},     {7, 100, 64},   {5, 33
 TEST_P(EveryIsa, MatchesDequantizeThenDot) {
   for (Quant4 q : {Quant4::kNF4, Quant4::kFP4})
   for (DType dtype : kDTypes)
+  for (bool bf16_products : {true, false})
   for (const Shape& s : kShapes) {
+    if (!bf16_products && dtype != DType::kBFloat16) continue;  // the knob concerns bfloat16 A alone
     SCOPED_TRACE(testing::Message() << Quant4Name(q) << " " << DTypeName(dtype) << " N " << s.n << " K " << s.k
-                                    << " blocksize " << s.blocksize);
+                                    << " blocksize " << s.blocksize << " bf16_products " << bf16_products);
     std::mt19937 rng(static_cast<uint32_t>(s.n * 7919 + s.k));
     std::normal_distribution<float> normal;
     const int64_t total = s.n * s.k;
@@ -64,12 +66,13 @@ TEST_P(EveryIsa, MatchesDequantizeThenDot) {
 
     std::vector<uint8_t> out(s.n * DTypeSize(dtype)), out_ref(s.n * DTypeSize(dtype));
     Gemv4(dtype, a_raw.data(), packed.data(), absmax.data(), Code4(q).data(), s.n, s.k, s.blocksize, out.data(), 0,
-          s.n);
+          s.n, bf16_products);
     Gemv4Scalar(dtype, a_raw.data(), packed.data(), absmax.data(), Code4(q).data(), s.n, s.k, s.blocksize,
                 out_ref.data(), 0, s.n);
-    // The bfloat16 kernel rounds the code values to bfloat16 (gemv4.h): exact against those values, and within
+    // The bfloat16-code kernels round the code values to bfloat16 (gemv4.h): exact against those values, and within
     // their rounding (2^-9 of each term) of the true ones.
-    const bool bf16_codes = ActiveGemv4Kernel(dtype, s.k) == Gemv4Kernel::kAvx512Bf16;
+    const bool bf16_codes = RoundsCodesToBf16(ActiveGemv4Kernel(dtype, s.k, bf16_products));
+    EXPECT_EQ(bf16_codes, dtype == DType::kBFloat16 && bf16_products && GetParam() != "scalar");
     std::vector<float> rounded(16);
     for (int c = 0; c < 16; ++c) rounded[c] = BF16ToFloat(FloatToBF16(Code4(q)[c]));
     for (int64_t m = 0; m < s.n; ++m) {
@@ -252,7 +255,7 @@ TEST_P(EveryIsa, SmallBatchesMatchTheDefinitionRowByRow) {
       Gemm4Small(dtype, a_real.data(), M, packed.data(), nullptr, &nested, code16.data(), s.n, s.k, s.blocksize,
                  nullptr, via_nested.data(), 0, s.n);
       EXPECT_EQ(plain, via_nested);
-      const bool bf16_codes = ActiveGemv4Kernel(dtype, s.k) == Gemv4Kernel::kAvx512Bf16;
+      const bool bf16_codes = RoundsCodesToBf16(ActiveGemv4Kernel(dtype, s.k));
       for (int64_t r = 0; r < M; ++r) {
         for (int64_t n = 0; n < s.n; ++n) {
           double ref = 0, mag = 0;
@@ -272,17 +275,23 @@ TEST_P(EveryIsa, SmallBatchesMatchTheDefinitionRowByRow) {
 }
 
 TEST_P(EveryIsa, SaysWhichKernelRuns) {
-  // The AVX-512 kernels take K a multiple of 128 under an avx3 (or better) cap; everything else the Highway kernel.
+  // The AVX-512 kernels take K a multiple of 128 under an avx3 (or better) cap; everything else the Highway kernel,
+  // whose vector targets round the code values to bfloat16 for bfloat16 A with bf16_products (the scalar target
+  // runs the definition).
   const bool avx3 = GetParam().rfind("avx3", 0) == 0;  // avx3 and its better variants
+  const bool scalar = GetParam() == "scalar";
   for (DType dtype : kDTypes) {
     SCOPED_TRACE(DTypeName(dtype));
-    EXPECT_EQ(ActiveGemv4Kernel(dtype, 4000), Gemv4Kernel::kHighway);
+    const Gemv4Kernel highway =
+        dtype == DType::kBFloat16 && !scalar ? Gemv4Kernel::kHighwayBf16 : Gemv4Kernel::kHighway;
+    EXPECT_EQ(ActiveGemv4Kernel(dtype, 4000), highway);
+    EXPECT_EQ(ActiveGemv4Kernel(dtype, 4000, false), Gemv4Kernel::kHighway);
     const Gemv4Kernel k4096 = ActiveGemv4Kernel(dtype, 4096);
     if (!avx3) {
-      EXPECT_EQ(k4096, Gemv4Kernel::kHighway);
+      EXPECT_EQ(k4096, highway);
     }
     if (dtype != DType::kBFloat16) {
-      EXPECT_NE(k4096, Gemv4Kernel::kAvx512Bf16);
+      EXPECT_FALSE(RoundsCodesToBf16(k4096));
     }
     std::printf("[ gemv4    ] isa %s, %s A, K 4096: kernel %s\n", ActiveIsa().c_str(),
                 std::string(DTypeName(dtype)).c_str(), Gemv4KernelName(k4096));

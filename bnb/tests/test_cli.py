@@ -115,5 +115,5 @@ def test_info_names_the_instruction_sets_run_here_and_those_this_cpu_lacks(tmp_p
     assert only.stdout.strip() == line
     # gemv_4bit's kernels, against the same flags: the AVX-512 ones where avx3 runs, vdpbf16ps where AVX512-BF16 too.
     gemv = next(l for l in run.stdout.splitlines() if l.startswith("gemv_4bit"))
-    bf16 = "avx512bf16" if has_avx3 and "avx512_bf16" in flags else "avx512" if has_avx3 else "highway"
+    bf16 = "avx512bf16" if has_avx3 and "avx512_bf16" in flags else "avx512" if has_avx3 else "highway_bf16"
     assert f"float32/float16 A {'avx512' if has_avx3 else 'highway'}, bfloat16 A {bf16} " in gemv, gemv

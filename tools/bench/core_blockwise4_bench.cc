@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   struct Shape {
     int64_t n, k;
   };
-  for (const Shape& s : {Shape{4096, 4096}, Shape{11008, 4096}, Shape{4096, 11008}}) {
+  for (const Shape& s : {Shape{256, 4096}, Shape{4096, 4096}, Shape{11008, 4096}, Shape{4096, 11008}}) {
     const int64_t total = s.n * s.k, bs = 64;
     std::vector<float> w(total);
     for (auto& v : w) v = normal(rng);
