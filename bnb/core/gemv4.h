@@ -44,13 +44,27 @@ void Gemv4Nested(DType dtype, const void* A, const uint8_t* B, const NestedAbsma
                  bool bf16_products = true);
 
 // Small batches: out[r, n] = sum_k A[r, k] * W[n, k] (+ bias[n]) for the M rows of A (row-major, K apart) and W's
-// rows [n0, n1), with out row-major (N apart) and bias (N values or null) of `dtype` like A. One pass over W's rows
-// per 8 rows of A, the code values looked up once for all of them; each output is its row's sum (bfloat16 A: of
-// the dequantized weight rounded to bfloat16, gemv4_x86.h) plus the bias, in float32, rounded once. nested: null,
-// or the statistics absmax stands for (then absmax is unused). Only where Gemm4SmallRuns says so (the AVX-512
-// kernels); otherwise callers dequantize W and multiply. Up to 32 rows (beyond, dequantize + addmm in bands
-// measured faster: tools/bench/NOTES.md, 'Small batches: up to 32 rows in bfloat16').
+// rows [n0, n1), with out row-major (N apart) and bias (N values or null) of `dtype` like A. Each chunk of W's row
+// is dequantized in registers once for a pass of A's rows; each output is its row's sum (bfloat16 A on the
+// kAvx512Bf16 kernel: of the dequantized weight rounded to bfloat16, gemv4_x86.h; else float32 products of the
+// definition's weights) plus the bias, in float32, rounded once. nested: null, or the statistics absmax stands for
+// (then absmax is unused). The kHighway kernel multiplies the exact code values, in float32, as Gemv4's kHighway
+// kernel does: each row's output has the bits Gemv4 with exact code values gives that row alone (for bfloat16 A:
+// bf16_products false; the kAvx512 kernel's are close, scaled per slice of K). Only where Gemm4SmallRuns says so: 1
+// to 32 rows, with the AVX-512 kernels, or K a multiple of kSmallK up to kSmallMaxK (the one-row kernel's slice of
+// K) on Highway's vector targets; otherwise callers dequantize W and multiply (beyond 32 rows dequantize + addmm in
+// bands measured faster: tools/bench/NOTES.md, 'Small batches: up to 32 rows in bfloat16').
+inline constexpr int64_t kSmallK = 128, kSmallMaxK = 65536;
 bool Gemm4SmallRuns(DType dtype, int64_t M, int64_t K, bool bf16_products = true);
+enum class Gemm4SmallKernel { kNone, kHighway, kAvx512, kAvx512Bf16 };
+Gemm4SmallKernel ActiveGemm4SmallKernel(DType dtype, int64_t M, int64_t K, bool bf16_products = true);
+const char* Gemm4SmallKernelName(Gemm4SmallKernel kernel);  // "none", "highway", "avx512", "avx512bf16"
+
+// Whether a dense product in `dtype` (torch's, on the dequantized weight) runs on instructions made for it here:
+// float32 always; bfloat16 with AVX512-BF16, float16 with AVX512-FP16, each under an avx3 (or better) cpu.isa cap.
+// Elsewhere torch widens 16-bit operands element by element (about 3x slower than its float32 product), so the
+// callers multiply in float32 and round the result once.
+bool NativeProducts(DType dtype);
 void Gemm4Small(DType dtype, const void* A, int64_t M, const uint8_t* B, const float* absmax,
                 const NestedAbsmax* nested, const float* code16, int64_t N, int64_t K, int64_t blocksize,
                 const void* bias, void* out, int64_t n0, int64_t n1, bool bf16_products = true);
@@ -58,7 +72,7 @@ void Gemm4Small(DType dtype, const void* A, int64_t M, const uint8_t* B, const f
 // Which kernel Gemv4 runs for A of `dtype` and rows of K elements, now (the cpu.isa cap and the processor decide):
 //   - kAvx512Bf16: bfloat16 A, K a multiple of 128, AVX-512 dispatched and AVX512-BF16, bf16_products: the code
 //     values rounded to
-//     bfloat16 and multiplied by vdpbf16ps, so each weight's code value carries a relative error of at most 2^-9
+//     bfloat16 and multiplied by vdpbf16ps, so each weight's code value carries a relative error of at most 2^-8
 //     (what a dequantized bfloat16 weight carries; gemv4_x86.h);
 //   - kAvx512: any other dtype, K a multiple of 128, AVX-512 dispatched: float32 products of the exact code values;
 //   - kHighwayBf16: the per-target kernel of gemv4_hwy.cc for the other bfloat16 A with bf16_products, on vector
@@ -68,7 +82,8 @@ enum class Gemv4Kernel { kHighway, kHighwayBf16, kAvx512, kAvx512Bf16 };
 Gemv4Kernel ActiveGemv4Kernel(DType dtype, int64_t K, bool bf16_products = true);
 const char* Gemv4KernelName(Gemv4Kernel kernel);  // "highway", "highway_bf16", "avx512", "avx512bf16"
 bool IsAvx512(Gemv4Kernel kernel);                 // kAvx512 or kAvx512Bf16
-// Whether the kernel multiplies the code values rounded to bfloat16 (each then off by at most 2^-9 of itself).
+// Whether the kernel multiplies the code values rounded to bfloat16 (each then off by at most 2^-8 of itself:
+// bfloat16 keeps 8 significant bits).
 inline bool RoundsCodesToBf16(Gemv4Kernel kernel) {
   return kernel == Gemv4Kernel::kAvx512Bf16 || kernel == Gemv4Kernel::kHighwayBf16;
 }

@@ -447,6 +447,11 @@ bool HasAvx512Bf16() {
   return has;
 }
 
+bool HasAvx512Fp16() {
+  static const bool has = HasAvx512Bw() && __builtin_cpu_supports("avx512fp16");
+  return has;
+}
+
 namespace {
 
 constexpr int64_t kNested = 256;  // NestedAbsmax's blocks of q per absmax2 value

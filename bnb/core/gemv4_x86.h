@@ -22,13 +22,14 @@ inline constexpr int64_t kChunk = 128;
 // checks that AVX-512 itself is dispatched (the cpu.isa cap).
 bool HasAvx512Bw();
 bool HasAvx512Bf16();
+bool HasAvx512Fp16();
 
 // Gemv4's contract (gemv4.h) for K % kChunk == 0 and rows with finite absmax (the caller takes the others to the
 // definition). Products and sums in float32, each output rounded once to `dtype`.
 //   - RowsF32 (any dtype of A, widened to float32): the 16 code values looked up by vpermps, one float32 product
 //     per weight;
 //   - RowsBf16 (A in bfloat16, AVX512-BF16): the code values rounded to bfloat16, looked up by vpermw, multiplied
-//     in pairs by vdpbf16ps. Each weight's code value then carries a relative error of at most 2^-9, the rounding a
+//     in pairs by vdpbf16ps. Each weight's code value then carries a relative error of at most 2^-8, the rounding a
 //     bfloat16 weight has (so the result is as exact as a bfloat16 product with a dequantized bfloat16 weight).
 // Nested statistics' scales of blocks [b0, b1) into out[0, b1 - b0): code256[q[b]] * absmax2[b / 256] + offset,
 // each operation rounded to float32 as NestedAbsmax defines them; 64 blocks at a time by byte-plane permutes with
@@ -45,11 +46,12 @@ void RowsF32(const float* a, const uint8_t* B, const float* absmax, const float*
 void RowsBf16(const uint16_t* a, const uint8_t* B, const float* absmax, const float* code16, int64_t K,
               int block_shift, float* acc, int64_t row_begin, int64_t row_end);
 
-// Small batches: M rows of A (each laid out as above, then interleaved by chunk per pass: PassOffset) times W's
-// rows [n0, n1), one pass over those rows of W per kSmallRows rows of A: each chunk's code values are looked up once for all of them. acc[r * ldacc + n]
-// gets row r's float32 sum for W's row n. SmallF32: the products and rounding of RowsF32, row by row. SmallBf16:
-// the dequantized weight rounded to bfloat16, round_bf16(code * absmax), times A's bfloat16 (as dequantize_4bit +
-// F.linear in bfloat16), where RowsBf16 rounds the code values and scales per block in float32.
+// Small batches: M rows of A (each laid out as above, then interleaved by chunk per pass: PassOffset) times W's rows
+// [n0, n1), one pass over those rows of W per kSmallRows rows of A: each chunk's code values are looked up once for
+// all of them. acc[r * ldacc + n] gets row r's float32 sum for W's row n. SmallF32: RowsF32's products, their sums
+// scaled at a block's end or a slice's (so close to RowsF32's rows, the same bits where no slice ends mid-block).
+// SmallBf16: the dequantized weight rounded to bfloat16, round_bf16(code * absmax), times A's bfloat16 (as
+// dequantize_4bit + F.linear in bfloat16), where RowsBf16 rounds the code values and scales per block in float32.
 inline constexpr int kSmallRows = 8;
 // Where chunk c of A's row r (of M, laid out) goes for SmallF32 / SmallBf16: the rows of each pass of kSmallRows
 // interleaved by chunk, so a chunk's rows are one contiguous run. K apart (8 KB at K = 4096 in bfloat16) they fall

@@ -134,6 +134,20 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("dtype"), py::arg("K"),
   "The kernel gemv_4bit runs on the CPU for A of this dtype (name or str(torch dtype)) and K, after the cpu.isa cap "
   "and cpu.gemv_bf16_products.");
+  m.def("gemm4_small_kernel", [](const std::string& dtype, int64_t M, int64_t K) {
+    const bnb::core::CpuSettings settings = Unwrap(bnb::core::CurrentCpuSettings());  // applies the cap first
+    const bnb::core::DType d = ParseFloatDType("gemm4_small_kernel", dtype);
+    return std::string(bnb::core::Gemm4SmallKernelName(
+        bnb::core::ActiveGemm4SmallKernel(d, M, K, settings.gemv_bf16_products)));
+  }, py::arg("dtype"), py::arg("M"), py::arg("K"),
+  "The kernel gemm_4bit's small-batch path runs on the CPU for M rows of A of this dtype and K ('none': the "
+  "weight is dequantized in bands and multiplied by addmm), after the cpu.isa cap and cpu.gemv_bf16_products.");
+  m.def("cpu_native_products", [](const std::string& dtype) {
+    Unwrap(bnb::core::CurrentCpuSettings());  // applies the cap first
+    return bnb::core::NativeProducts(ParseFloatDType("cpu_native_products", dtype));
+  }, py::arg("dtype"),
+  "Whether dense products in this dtype run on instructions made for it (else gemm_4bit's bands multiply in "
+  "float32 and round once), after the cpu.isa cap.");
   m.def("gemm4_packed_runs", [](const std::string& dtype, int64_t M) {
     const bnb::core::CpuSettings settings = Unwrap(bnb::core::CurrentCpuSettings());  // applies the cap first
     return bnb::core::Gemm4PackedRuns(ParseFloatDType("gemm4_packed_runs", dtype), M, settings.gemv_bf16_products);

@@ -1,5 +1,6 @@
 """4-bit ops: kernels equal the pure-torch reference bit for bit; published error bounds; gemv; the op contract."""
 
+import copy
 import re
 
 import pytest
@@ -159,19 +160,30 @@ def test_gemv_4bit_reads_nested_statistics_as_their_dequantized_absmax(isa, dtyp
                                 state.offset)
 
 
+@pytest.mark.parametrize("isa", sorted({"best", "avx2"} & ({"best"} | set(bnb._C.cpu_isas()))))
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
-def test_gemm_4bit_beyond_small_batches_is_dequantize_then_linear_over_several_bands(dtype):
+def test_gemm_4bit_beyond_small_batches_is_dequantize_then_linear_over_several_bands(dtype, isa):
     # More rows than the small-batch kernel takes: the CPU dequantizes 4 MB bands of the weight (3000 x 1000 rows
     # is 2-6 bands, rows starting mid-block with blocksize 256) and multiplies each by addmm, bit for bit
-    # dequantize + F.linear of the whole.
+    # dequantize + F.linear of the whole: in A's dtype where the CPU has instructions for its products, else (16-bit
+    # A without AVX512-BF16 / -FP16, or a cap below avx3) in float32, rounded once to A's dtype.
     g = torch.Generator().manual_seed(7)
     W = torch.randn(3000, 1000, generator=g)
     packed, state = F.quantize_4bit(W.to(dtype), blocksize=256, quant_type="nf4", compress_statistics=True)
     bias = torch.randn(3000, generator=g).to(dtype)
     x = torch.randn(2, 20, 1000, generator=g).to(dtype)
-    with torch.no_grad():
+    with torch.no_grad(), bnb.config.override(cpu__isa=isa):
+        native = bnb._C.cpu_native_products(str(dtype))
         got = bnb.matmul_4bit(x, packed.t(), state, bias=bias)
-        want = torch.nn.functional.linear(x, F.dequantize_4bit(packed, state), bias)
+    state32 = copy.copy(state)
+    state32.dtype = torch.float32
+    with torch.no_grad():
+        if native:
+            want = torch.nn.functional.linear(x, F.dequantize_4bit(packed, state), bias)
+        else:
+            want = torch.nn.functional.linear(x.float(), F.dequantize_4bit(packed, state32), bias.float()).to(dtype)
+    if dtype != torch.float16:  # float16's instructions (AVX512-FP16) are rarer: either way, as the CPU has them
+        assert native == (dtype == torch.float32 or isa == "best" and F.has_avx512bf16()), (dtype, isa)
     assert_same_bits(got, want)
 
 

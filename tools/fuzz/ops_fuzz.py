@@ -1,8 +1,8 @@
 """Differential fuzzing of the ops through torch: random shapes, layouts (non-contiguous, offset views), dtypes,
 blocksizes, codebooks, instruction sets and thread counts, each op's kernel on every device present (the CPU; CUDA
 on a GPU machine) against the pure-torch reference kernel (bnb.reference) on the CPU, which it must equal bit for
-bit (gemv_4bit, and the CPU's gemm_4bit_packed: within float32 summation error of a float64 product). Prints the
-first mismatch with the seed that replays it.
+bit (gemv_4bit, and the CPU's gemm_4bit and gemm_4bit_packed: within float32 summation error of a float64
+product). Prints the first mismatch with the seed that replays it.
 
 Run: .venv/bin/python tools/fuzz/ops_fuzz.py [--seconds S] [--cases N] [--seed K]
 """
@@ -111,12 +111,12 @@ def devices() -> list[str]:
 
 
 def run_case(seed: int) -> str | None:
-    """One random case (8-bit, 4-bit or gemv_4bit) on every device present, the CPU's under a random instruction
-    set, thread count and grain (elements per task); a description of the first mismatch, or None."""
+    """One random case (8-bit, 4-bit, or a 4-bit product) on every device present, the CPU's under a random
+    instruction set, thread count and grain (elements per task); a description of the first mismatch, or None."""
     rng = random.Random(seed)
     knobs = {"cpu__isa": rng.choice(bnb._C.cpu_isas()), "cpu__threads": rng.randint(1, 4),
              "cpu__grain_elements": rng.choice([1024, 4096, 1 << 16])}
-    check = rng.choice([_check_8bit, _check_8bit, _check_4bit, _check_4bit, _check_gemv, _check_packed])
+    check = rng.choice([_check_8bit, _check_8bit, _check_4bit, _check_4bit, _check_gemv, _check_gemm, _check_packed])
     with bnb.config.override(**knobs):
         return check(rng, torch.Generator().manual_seed(seed), f"seed {seed}: {knobs}")
 
@@ -238,13 +238,42 @@ def _check_gemv(rng: random.Random, gen: torch.Generator, where: str) -> str | N
     packed, absmax = ref4.quantize_4bit(W, bs, quant_type, torch.uint8)
     code = ref4.code4(quant_type)
     w = ref4.dequantize_with_code(packed, absmax, code, bs, [N, K], torch.float32).double()
-    rounding = 2.0**-9 if bnb._C.gemv4_kernel(str(dtype), K) == "avx512bf16" else 0.0
+    rounding = 2.0**-8 if bnb._C.gemv4_kernel(str(dtype), K) in ("avx512bf16", "highway_bf16") else 0.0
     for dev in devices():
         got = torch.ops.bnb.gemv_4bit(x.to(dev), packed.to(dev), [N, K], absmax.to(dev), code.to(dev), bs).cpu()
         failure = _product_mismatch(f"gemv_4bit, {dev}, {where}", got, x, w, None, K, rounding)
         if failure is not None:
             return failure
     return None
+
+
+def _check_gemm(rng: random.Random, gen: torch.Generator, where: str) -> str | None:
+    """The CPU's gemm_4bit on bitsandbytes' layout, 2 to 60 rows (a small-batch kernel up to 32 rows where one runs,
+    else bands of the weight dequantized and addmm), against the float64 product of A and the dequantized weight
+    (_product_mismatch's bound, with the weight's rounding where the product takes it rounded: to bfloat16 by the
+    AVX-512 bfloat16 kernel, to A's dtype in bands whose products are native in it; the others multiply the
+    float32 weight)."""
+    dtype, bs = rng.choice(FLOATS), 32 << rng.randrange(8)
+    N, M = rng.randint(1, 200), rng.randint(2, 60)
+    K = 128 * rng.randint(1, 24) if rng.randrange(2) else rng.randint(1, 3000)  # the small-batch kernels' K, or any
+    quant_type = rng.choice(["nf4", "fp4"])
+    scale = 2.0 ** rng.randint(-8, 8)
+    W = (torch.randn(N, K, generator=gen) * scale).to(dtype)
+    A = (torch.randn(M, K, generator=gen) * scale).to(dtype)
+    bias = (torch.randn(N, generator=gen) * scale).to(dtype) if rng.randrange(2) else None
+    small = bnb._C.gemm4_small_kernel(str(dtype), M, K)
+    where += f", {dtype} A [{M}, {K}], weight [{N}, {K}], blocksize {bs}, {quant_type}, bias {bias is not None}, " \
+             f"small-batch kernel {small}"
+    B, absmax = ref4.quantize_4bit(W, bs, quant_type, torch.uint8)
+    w = ref4.dequantize_with_code(B, absmax, ref4.code4(quant_type), bs, [N, K], torch.float32).double()
+    if small != "none":
+        rounding = 2.0**-8 if small == "avx512bf16" else 0.0
+    elif dtype != torch.float32 and bnb._C.cpu_native_products(str(dtype)):
+        rounding = 2.0**-({torch.float16: 10, torch.bfloat16: 7}[dtype] + 1)
+    else:
+        rounding = 0.0
+    got = torch.ops.bnb.gemm_4bit(A, B, [N, K], absmax, bs, quant_type, bias)
+    return _product_mismatch(f"gemm_4bit, cpu, {where}", got, A, w, bias, K, rounding)
 
 
 def _check_packed(rng: random.Random, gen: torch.Generator, where: str) -> str | None:
@@ -277,7 +306,7 @@ def _check_packed(rng: random.Random, gen: torch.Generator, where: str) -> str |
     if not bnb._C.gemm4_packed_runs(str(dtype), 1):  # no kernel: W dequantized in A's dtype, then at::linear
         rounding = 2.0**-(mantissa_bits + 1)
     else:  # the bfloat16 kernel (or dense product) rounds code values or the weight to bfloat16
-        rounding = 2.0**-9 if dtype == torch.bfloat16 else 0.0
+        rounding = 2.0**-8 if dtype == torch.bfloat16 else 0.0
     got = torch.ops.bnb.gemm_4bit_packed(A, codes, scales, [N, K], bs, code, bias)
     return _product_mismatch(f"gemm_4bit_packed, {where}", got, A, w, bias, K, rounding)
 

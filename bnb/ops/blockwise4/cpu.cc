@@ -88,8 +88,9 @@ struct Cpu {
              });
   }
 
-  // Small batches (up to 32 rows of A: core::Gemm4SmallRuns) in one pass over the weight's rows per 8 rows of A,
-  // where bnb/core has the kernel (AVX-512): no dequantized weight is made. W's rows split over threads.
+  // Small batches (up to 32 rows of A: core::Gemm4SmallRuns) in one pass over the weight's rows for a pass of A's
+  // rows, where bnb/core has the kernel (AVX-512, or Highway's vector targets for K a multiple of 128): no
+  // dequantized weight is made. W's rows split over threads.
   static c10::optional<at::Tensor> GemmDirect(const char* op, const at::Tensor& A, const at::Tensor& packed,
                                               int64_t N, int64_t K, const at::Tensor& absmax, const Nested& nested,
                                               core::Quant4 q, int64_t blocksize,
@@ -123,19 +124,24 @@ struct Cpu {
   // Other batches: W dequantized a band of rows at a time into a per-thread buffer kept between calls, each band
   // multiplied into its columns of the output by addmm (at::linear's own product), so no dequantized weight of the
   // whole is made per call: a fresh one's page faults cost 3-9 ms at 4096x4096, 20-30% of a batch-64 product.
+  // 16-bit A where the CPU has no instructions for products in its dtype (core::NativeProducts): the weight's
+  // bands, A and the bias in float32, the result rounded once to A's dtype.
   static at::Tensor GemmBanded(const char* op, const at::Tensor& A, const at::Tensor& packed, int64_t N, int64_t K,
                                const at::Tensor& scales, core::Quant4 q, int64_t blocksize,
                                const c10::optional<at::Tensor>& bias) {
     // Bands start on rows whose first element begins a block (multiples of `step`), so each is a 4-bit tensor of
     // its own: its codes start on a byte and its blocks at scales[first block].
     const int64_t step = blocksize / std::gcd(K % blocksize, blocksize);
-    at::Tensor out = at::empty(ShapeWithLast(A, N), A.options());
-    BandedProduct(A, N, K, step, bias, out, [&](int64_t n0, int64_t rows, at::Tensor& w) {
+    const bool widen = !core::NativeProducts(FloatDType(op, "A", A.scalar_type()));
+    const at::Tensor a = widen ? A.to(at::kFloat) : A;
+    const c10::optional<at::Tensor> b = widen && bias.has_value() ? bias->to(at::kFloat) : bias;
+    at::Tensor out = at::empty(ShapeWithLast(a, N), a.options());
+    BandedProduct(a, N, K, step, b, out, [&](int64_t n0, int64_t rows, at::Tensor& w) {
       const int64_t b0 = n0 * K / blocksize, blocks = core::NumBlocks(rows * K, blocksize);
       Dequantize(op, packed.narrow(0, n0 * K / 2, core::PackedSize4(rows * K)), scales.narrow(0, b0, blocks), q,
-                 blocksize, FloatDType(op, "A", A.scalar_type()), w);
+                 blocksize, FloatDType(op, "A", a.scalar_type()), w);
     });
-    return out;
+    return widen ? out.to(A.scalar_type()) : out;
   }
 
   // out (contiguous, A's rows x N) = A @ W.T (+ bias) by bands of W's rows (multiples of `step`), fill(n0, rows, w)
