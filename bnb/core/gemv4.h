@@ -51,10 +51,11 @@ void Gemv4Nested(DType dtype, const void* A, const uint8_t* B, const NestedAbsma
 // (then absmax is unused). The kHighway kernel multiplies the exact code values, in float32, as Gemv4's kHighway
 // kernel does: each row's output has the bits Gemv4 with exact code values gives that row alone (for bfloat16 A:
 // bf16_products false; the kAvx512 kernel's are close, scaled per slice of K). Only where Gemm4SmallRuns says so: 1
-// to 32 rows, with the AVX-512 kernels, or K a multiple of kSmallK up to kSmallMaxK (the one-row kernel's slice of
-// K) on Highway's vector targets; otherwise callers dequantize W and multiply (beyond 32 rows dequantize + addmm in
-// bands measured faster: tools/bench/NOTES.md, 'Small batches: up to 32 rows in bfloat16').
-inline constexpr int64_t kSmallK = 128, kSmallMaxK = 65536;
+// to kSmallMaxRows rows with the AVX-512 kernels, or 1 to kSmallMaxRowsHighway rows and K a multiple of kSmallK up
+// to kSmallMaxK (the one-row kernel's slice of K) on Highway's vector targets; otherwise callers dequantize W and
+// multiply (beyond those rows dequantize + addmm in bands measured faster: tools/bench/NOTES.md, 'Small batches: up
+// to 32 rows in bfloat16' and 'Small batches without the AVX-512 kernels').
+inline constexpr int64_t kSmallMaxRows = 32, kSmallMaxRowsHighway = 64, kSmallK = 128, kSmallMaxK = 65536;
 bool Gemm4SmallRuns(DType dtype, int64_t M, int64_t K, bool bf16_products = true);
 enum class Gemm4SmallKernel { kNone, kHighway, kAvx512, kAvx512Bf16 };
 Gemm4SmallKernel ActiveGemm4SmallKernel(DType dtype, int64_t M, int64_t K, bool bf16_products = true);

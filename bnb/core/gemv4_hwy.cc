@@ -594,8 +594,8 @@ void Gemv4Any(DType dtype, const void* A, const uint8_t* B, const float* absmax,
 }  // namespace
 
 bool Gemm4SmallRuns(DType dtype, int64_t M, int64_t K, bool bf16_products) {
-  if (M < 1 || M > 32) return false;
-  if (IsAvx512(ActiveGemv4Kernel(dtype, K, bf16_products))) return true;
+  if (M < 1 || M > kSmallMaxRowsHighway) return false;
+  if (IsAvx512(ActiveGemv4Kernel(dtype, K, bf16_products))) return M <= kSmallMaxRows;
   return K % kSmallK == 0 && K <= kSmallMaxK && ActiveTarget() != HWY_SCALAR;
 }
 

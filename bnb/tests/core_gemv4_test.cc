@@ -197,7 +197,7 @@ TEST_P(EveryIsa, SmallBatchesMatchTheDefinitionRowByRow) {
   for (DType dtype : kDTypes)
   for (const Shape& s : kShapes) {
     if (s.k % 128 != 0 || s.n * s.k > (int64_t{1} << 20)) continue;
-    for (int64_t M : {1, 2, 3, 8, 9, 17}) {
+    for (int64_t M : {1, 2, 3, 8, 9, 17, 33}) {
       if (!Gemm4SmallRuns(dtype, M, s.k)) continue;
       SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " N " << s.n << " K " << s.k << " blocksize "
                                       << s.blocksize << " M " << M);

@@ -88,8 +88,8 @@ struct Cpu {
              });
   }
 
-  // Small batches (up to 32 rows of A: core::Gemm4SmallRuns) in one pass over the weight's rows for a pass of A's
-  // rows, where bnb/core has the kernel (AVX-512, or Highway's vector targets for K a multiple of 128): no
+  // Small batches (up to 32 or 64 rows of A: core::Gemm4SmallRuns) in one pass over the weight's rows for a pass
+  // of A's rows, where bnb/core has the kernel (AVX-512, or Highway's vector targets for K a multiple of 128): no
   // dequantized weight is made. W's rows split over threads.
   static c10::optional<at::Tensor> GemmDirect(const char* op, const at::Tensor& A, const at::Tensor& packed,
                                               int64_t N, int64_t K, const at::Tensor& absmax, const Nested& nested,
