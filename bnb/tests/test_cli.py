@@ -117,3 +117,6 @@ def test_info_names_the_instruction_sets_run_here_and_those_this_cpu_lacks(tmp_p
     gemv = next(l for l in run.stdout.splitlines() if l.startswith("gemv_4bit"))
     bf16 = "avx512bf16" if has_avx3 and "avx512_bf16" in flags else "avx512" if has_avx3 else "highway_bf16"
     assert f"float32/float16 A {'avx512' if has_avx3 else 'highway'}, bfloat16 A {bf16} " in gemv, gemv
+    small = next(l for l in run.stdout.splitlines() if l.startswith("gemm_4bit, 16 rows"))
+    small_bf16 = bf16 if has_avx3 else "highway"  # the small-batch kernel multiplies exact code values there
+    assert small.endswith(f"float32/float16 A {'avx512' if has_avx3 else 'highway'}, bfloat16 A {small_bf16}"), small

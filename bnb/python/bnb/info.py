@@ -22,5 +22,8 @@ def run_info(isas_only: bool = False) -> int:
         gemv = {dtype: _C.gemv4_kernel(dtype, 4096) for dtype in ("float32", "bfloat16")}
         print(f"gemv_4bit (K a multiple of 128): float32/float16 A {gemv['float32']}, bfloat16 A {gemv['bfloat16']} "
               "(knob cpu.gemv_bf16_products)")
+        small = {dtype: _C.gemm4_small_kernel(dtype, 16, 4096) for dtype in ("float32", "bfloat16")}
+        print(f"gemm_4bit, 16 rows (K a multiple of 128): float32/float16 A {small['float32']}, bfloat16 A "
+              f"{small['bfloat16']}")
     print(isa_line())
     return 0
