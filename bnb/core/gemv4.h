@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "bnb/core/dtype.h"
 
@@ -66,6 +67,21 @@ const char* Gemm4SmallKernelName(Gemm4SmallKernel kernel);  // "none", "highway"
 // Elsewhere torch widens 16-bit operands element by element (about 3x slower than its float32 product), so the
 // callers multiply in float32 and round the result once.
 bool NativeProducts(DType dtype);
+// A laid out for the kernel ActiveGemm4SmallKernel names (kNone: nothing), once per call: the threads that split
+// W's rows share it. A itself must outlive it (rows with a non-finite absmax read it).
+struct Gemm4SmallA {
+  Gemm4SmallKernel kernel;
+  DType dtype;
+  const void* A;
+  int64_t M, K;
+  std::vector<float> a32;
+  std::vector<uint16_t> a16;
+};
+Gemm4SmallA ArrangeGemm4Small(DType dtype, const void* A, int64_t M, int64_t K, bool bf16_products = true);
+void Gemm4Small(const Gemm4SmallA& a, const uint8_t* B, const float* absmax, const NestedAbsmax* nested,
+                const float* code16, int64_t N, int64_t blocksize, const void* bias, void* out, int64_t n0,
+                int64_t n1);
+// Both steps at once.
 void Gemm4Small(DType dtype, const void* A, int64_t M, const uint8_t* B, const float* absmax,
                 const NestedAbsmax* nested, const float* code16, int64_t N, int64_t K, int64_t blocksize,
                 const void* bias, void* out, int64_t n0, int64_t n1, bool bf16_products = true);

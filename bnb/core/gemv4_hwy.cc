@@ -610,6 +610,14 @@ Gemm4SmallKernel ActiveGemm4SmallKernel(DType dtype, int64_t M, int64_t K, bool 
   return Gemm4SmallKernel::kHighway;
 }
 
+namespace {
+
+bool IsAvx512Small(Gemm4SmallKernel kernel) {
+  return kernel == Gemm4SmallKernel::kAvx512 || kernel == Gemm4SmallKernel::kAvx512Bf16;
+}
+
+}  // namespace
+
 const char* Gemm4SmallKernelName(Gemm4SmallKernel kernel) {
   switch (kernel) {
     case Gemm4SmallKernel::kHighway: return "highway";
@@ -620,63 +628,65 @@ const char* Gemm4SmallKernelName(Gemm4SmallKernel kernel) {
   return "none";
 }
 
-void Gemm4Small(DType dtype, const void* A, int64_t M, const uint8_t* B, const float* absmax,
-                const NestedAbsmax* nested, const float* code16, int64_t N, int64_t K, int64_t blocksize,
-                const void* bias, void* out, int64_t n0, int64_t n1, bool bf16_products) {
-  if (n0 >= n1) return;
-  const Gemm4SmallKernel kernel = ActiveGemm4SmallKernel(dtype, M, K, bf16_products);
-  const int64_t size = DTypeSize(dtype);
-  std::vector<float> a32;
-  std::vector<uint16_t> a16;
-  if (kernel == Gemm4SmallKernel::kHighway) {
-    a32 = HWY_DYNAMIC_DISPATCH(ArrangeSmallA)(dtype, A, M, K);
+Gemm4SmallA ArrangeGemm4Small(DType dtype, const void* A, int64_t M, int64_t K, bool bf16_products) {
+  Gemm4SmallA a{ActiveGemm4SmallKernel(dtype, M, K, bf16_products), dtype, A, M, K, {}, {}};
+  if (a.kernel == Gemm4SmallKernel::kHighway) {
+    a.a32 = HWY_DYNAMIC_DISPATCH(ArrangeSmallA)(dtype, A, M, K);
   }
 #if BNB_GEMV4_X86
-  // A's rows laid out once, each chunk straight to its place for the AVX-512 kernels' passes (PassOffset).
-  const bool bf16 = kernel == Gemm4SmallKernel::kAvx512Bf16;
-  if (kernel != Gemm4SmallKernel::kHighway) {
-    (bf16 ? a16.resize(M * K) : a32.resize(M * K));
-  }
+  if (!IsAvx512Small(a.kernel)) return a;
+  // Each chunk of A's rows straight to its place for the AVX-512 kernels' passes (PassOffset).
+  const bool bf16 = a.kernel == Gemm4SmallKernel::kAvx512Bf16;
+  (bf16 ? a.a16.resize(M * K) : a.a32.resize(M * K));
   const auto place = [M, K](const auto& row, auto* all, int64_t r) {
     for (int64_t c = 0; c < K / gemv4_x86::kChunk; ++c) {
       std::copy_n(row.data() + c * gemv4_x86::kChunk, gemv4_x86::kChunk, all + gemv4_x86::PassOffset(r, M, K, c));
     }
   };
-  for (int64_t r = 0; r < M && kernel != Gemm4SmallKernel::kHighway; ++r) {
-    const void* row = static_cast<const char*>(A) + r * K * size;
+  for (int64_t r = 0; r < M; ++r) {
+    const void* row = static_cast<const char*>(A) + r * K * DTypeSize(dtype);
     if (bf16) {
-      place(gemv4_x86::ArrangeBf16(row, K), a16.data(), r);
+      place(gemv4_x86::ArrangeBf16(row, K), a.a16.data(), r);
     } else {
-      place(gemv4_x86::ArrangeF32(dtype, row, K), a32.data(), r);
+      place(gemv4_x86::ArrangeF32(dtype, row, K), a.a32.data(), r);
     }
   }
 #endif
+  return a;
+}
+
+void Gemm4Small(const Gemm4SmallA& a, const uint8_t* B, const float* absmax, const NestedAbsmax* nested,
+                const float* code16, int64_t N, int64_t blocksize, const void* bias, void* out, int64_t n0,
+                int64_t n1) {
+  if (n0 >= n1 || a.kernel == Gemm4SmallKernel::kNone) return;
+  const DType dtype = a.dtype;
+  const int64_t M = a.M, K = a.K, size = DTypeSize(dtype);
   const int block_shift = BlockShift(blocksize);
   std::vector<float> acc;
   // W's rows [r0, r1) of the band whose codes start at b and block scales at scales, W row m0 + n of the whole.
   const auto rows = [&](const uint8_t* b, const float* scales, int64_t m0, int64_t r0, int64_t r1) {
     acc.resize(M * (r1 - r0));
-    switch (kernel) {
+    switch (a.kernel) {
       case Gemm4SmallKernel::kHighway:
-        HWY_DYNAMIC_DISPATCH(Gemm4SmallVec)(a32.data(), M, b, scales, code16, K, block_shift, acc.data(), r1 - r0,
+        HWY_DYNAMIC_DISPATCH(Gemm4SmallVec)(a.a32.data(), M, b, scales, code16, K, block_shift, acc.data(), r1 - r0,
                                             r0, r1);
         break;
 #if BNB_GEMV4_X86
       case Gemm4SmallKernel::kAvx512Bf16:
-        gemv4_x86::SmallBf16(a16.data(), M, b, scales, code16, K, block_shift, acc.data(), r1 - r0, r0, r1);
+        gemv4_x86::SmallBf16(a.a16.data(), M, b, scales, code16, K, block_shift, acc.data(), r1 - r0, r0, r1);
         break;
       case Gemm4SmallKernel::kAvx512:
-        gemv4_x86::SmallF32(a32.data(), M, b, scales, code16, K, block_shift, acc.data(), r1 - r0, r0, r1);
+        gemv4_x86::SmallF32(a.a32.data(), M, b, scales, code16, K, block_shift, acc.data(), r1 - r0, r0, r1);
         break;
 #endif
       default:
-        return;  // no kernel: Gemm4SmallRuns said so
+        return;
     }
     for (int64_t n = r0; n < r1; ++n) {
       const bool by_definition = RowHasNonFiniteAbsmax(scales, n, K, block_shift);
       const float add = bias == nullptr ? 0.0f : LoadAsFloat(dtype, bias, m0 + n);
       for (int64_t r = 0; r < M; ++r) {
-        const void* a_row = static_cast<const char*>(A) + r * K * size;
+        const void* a_row = static_cast<const char*>(a.A) + r * K * size;
         float v = by_definition ? Gemv4RowScalar(dtype, a_row, b, scales, code16, K, blocksize, n)
                                 : acc[r * (r1 - r0) + (n - r0)];
         if (bias != nullptr) v = v + add;
@@ -685,10 +695,17 @@ void Gemm4Small(DType dtype, const void* A, int64_t M, const uint8_t* B, const f
     }
   };
   if (nested == nullptr) return rows(B, absmax, 0, n0, n1);
-  ForEachNestedBand(*nested, N, K, blocksize, n0, n1, kernel != Gemm4SmallKernel::kHighway,
+  ForEachNestedBand(*nested, N, K, blocksize, n0, n1, IsAvx512Small(a.kernel),
                     [&](int64_t m0, const float* scales, int64_t r0, int64_t r1) {
                       rows(B + m0 * K / 2, scales, m0, r0, r1);
                     });
+}
+
+void Gemm4Small(DType dtype, const void* A, int64_t M, const uint8_t* B, const float* absmax,
+                const NestedAbsmax* nested, const float* code16, int64_t N, int64_t K, int64_t blocksize,
+                const void* bias, void* out, int64_t n0, int64_t n1, bool bf16_products) {
+  Gemm4Small(ArrangeGemm4Small(dtype, A, M, K, bf16_products), B, absmax, nested, code16, N, blocksize, bias, out,
+             n0, n1);
 }
 
 void Gemv4(DType dtype, const void* A, const uint8_t* B, const float* absmax, const float* code16, int64_t N,

@@ -113,10 +113,9 @@ struct Cpu {
     const void* biasp = b.defined() ? b.data_ptr() : nullptr;
     void* outp = out.data_ptr();
     const float* code16 = core::Code4(q).data();
-    const bool bf16_products = settings->gemv_bf16_products;
+    const core::Gemm4SmallA arranged = core::ArrangeGemm4Small(dtype, ap, M, K, settings->gemv_bf16_products);
     ParallelOverBlocks(op, N, K * M, [&](int64_t n0, int64_t n1) {
-      core::Gemm4Small(dtype, ap, M, bp, amp, stats ? &stats->view : nullptr, code16, N, K, blocksize, biasp, outp,
-                       n0, n1, bf16_products);
+      core::Gemm4Small(arranged, bp, amp, stats ? &stats->view : nullptr, code16, N, blocksize, biasp, outp, n0, n1);
     });
     return out;
   }
