@@ -160,6 +160,40 @@ def test_gemv_4bit_reads_nested_statistics_as_their_dequantized_absmax(isa, dtyp
                                 state.offset)
 
 
+@pytest.mark.parametrize("isa", bnb._C.cpu_isas())
+def test_gemm_4bit_small_batches_on_every_instruction_set(isa):
+    # The small-batch kernels through the op (A laid out once, W's rows split over threads, nested statistics
+    # expanded per band): within the float64 bound of dequantize + a float32 product, the bias added once; with
+    # exact code values (float32 A) the Highway kernel's rows equal gemv_4bit's row by row, bit for bit.
+    g = torch.Generator().manual_seed(11)
+    N, K = 300, 384
+    W = torch.randn(N, K, generator=g)
+    packed, state = F.quantize_4bit(W, blocksize=64, quant_type="nf4", compress_statistics=True)
+    W32 = F.dequantize_4bit(packed, state).double()
+    bias = torch.randn(N, generator=g)
+    args = (packed, [N, K], state.state2.absmax, 64, "nf4")
+    nested = {"absmax_8bit": state.absmax, "absmax_code": state.state2.code, "absmax_offset": state.offset}
+    for M in (2, 17, 40):
+        x = torch.randn(M, K, generator=g)
+        for dtype in FLOAT_DTYPES:
+            xd, bd = x.to(dtype), bias.to(dtype)
+            with bnb.config.override(cpu__isa=isa, cpu__threads=3, cpu__grain_elements=1024):
+                kernel = bnb._C.gemm4_small_kernel(str(dtype), M, K)
+                got = torch.ops.bnb.gemm_4bit(xd, *args, bias=bd, **nested)
+                if kernel == "highway" and dtype == torch.float32:
+                    rows = [torch.ops.bnb.gemv_4bit(r.view(1, K), packed, [N, K], F._absmax_of(state), state.code,
+                                                    64) for r in xd]
+                    assert_same_bits(torch.ops.bnb.gemm_4bit(xd, *args, **nested), torch.cat(rows))
+            assert kernel == ("none" if isa == "scalar" or M > 32 and isa.startswith("avx3") else
+                              "highway" if not isa.startswith("avx3") else kernel), (isa, M, kernel)
+            exact = xd.double() @ W32.t() + bd.double()
+            magnitude = xd.double().abs() @ W32.abs().t() + bd.double().abs()
+            rounding = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}[dtype]
+            weight = 2.0**-8 if kernel == "avx512bf16" or kernel == "none" and dtype == torch.bfloat16 else 0.0
+            bound = (64 * 2.0**-24 + weight) * magnitude + rounding * exact.abs()
+            assert bool(((got.double() - exact).abs() <= bound).all()), (isa, M, dtype, kernel)
+
+
 @pytest.mark.parametrize("isa", sorted({"best", "avx2"} & ({"best"} | set(bnb._C.cpu_isas()))))
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_gemm_4bit_beyond_small_batches_is_dequantize_then_linear_over_several_bands(dtype, isa):
