@@ -14,7 +14,7 @@ import torch
 from bnb import functional as F
 import bnb
 from timing import (best_seconds, call_seconds, copy_case, dtype_name, machine_line, percentile,
-                    print_bandwidth_header, print_bandwidth_table, thread_scaling_line)
+                    print_bandwidth_header, print_bandwidth_table, thread_scaling_line, weight_shapes)
 
 WIDTH = 40
 
@@ -23,7 +23,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--elements", type=int, default=64 * 1024 * 1024)
     ap.add_argument("--repeat", type=int, default=5, help="rounds of timed calls (see timing.round_seconds)")
-    ap.add_argument("--gemv", default="4096x4096,11008x4096", help="weight shapes NxK of the gemv table")
+    ap.add_argument("--gemv", type=weight_shapes, default="4096x4096,11008x4096",
+                    help="weight shapes NxK of the gemv table (empty: no table)")
     ap.add_argument("--calls", type=int, default=40, help="timed calls per row of the latency table")
     args = ap.parse_args(argv)
     n = args.elements
@@ -50,23 +51,27 @@ def main(argv=None):
 
     print()
     latency_table(n, args.calls)
+    if args.gemv:
+        gemv_table(args.gemv, args.repeat)
 
+
+def gemv_table(shapes, repeat: int) -> None:
     print()
     head = f"{'gemv, one token':<28}{'gemv_4bit us':>14}{'F.linear fp32 us':>18}{'F.linear bf16 us':>18}"
     print(head)
     print("-" * len(head))
-    for N, K in (tuple(int(d) for d in shape.split("x")) for shape in args.gemv.split(",")):
+    for N, K in shapes:
         W = torch.randn(N, K) * 0.02
         for dtype in (torch.float32, torch.bfloat16):
             packed, state = F.quantize_4bit(W.to(dtype), blocksize=64, quant_type="nf4", compress_statistics=True)
             a = torch.randn(1, K).to(dtype)
             absmax = F._absmax_of(state)
             t_g = best_seconds(lambda: torch.ops.bnb.gemv_4bit(a, packed, [N, K], absmax, state.code, 64),
-                               args.repeat * 4)
+                               repeat * 4)
             w32, w16 = W, W.bfloat16()
             a32, a16 = a.float(), a.bfloat16()
-            t_32 = best_seconds(lambda: torch.nn.functional.linear(a32, w32), args.repeat * 4)
-            t_16 = best_seconds(lambda: torch.nn.functional.linear(a16, w16), args.repeat * 4)
+            t_32 = best_seconds(lambda: torch.nn.functional.linear(a32, w32), repeat * 4)
+            t_16 = best_seconds(lambda: torch.nn.functional.linear(a16, w16), repeat * 4)
             name = f"{N}x{K} {dtype_name(dtype)} A"
             print(f"{name:<28}{t_g * 1e6:>14.0f}{t_32 * 1e6:>18.0f}{t_16 * 1e6:>18.0f}")
 

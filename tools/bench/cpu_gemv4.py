@@ -19,7 +19,7 @@ import torch
 
 import bnb
 from bnb import functional as F
-from timing import dtype_name, machine_line, round_seconds
+from timing import dtype_name, machine_line, round_seconds, weight_shapes
 
 # One Llama-3-8B decoder layer's linears, N x K: q, k, v, o, gate, up, down.
 LLAMA3_8B_LAYER = [(4096, 4096), (1024, 4096), (1024, 4096), (4096, 4096), (14336, 4096), (14336, 4096),
@@ -234,7 +234,8 @@ def batch_rows(N, K, batch, dtype, blocksize, rounds, with_peers):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--shapes", default="4096x4096,14336x4096,4096x14336", help="weights NxK, one table row each")
+    ap.add_argument("--shapes", type=weight_shapes, default="4096x4096,14336x4096,4096x14336",
+                    help="weights NxK, one table row each")
     ap.add_argument("--threads", default="1,2", help="thread counts, one table each")
     ap.add_argument("--dtypes", default="bfloat16,float32")
     ap.add_argument("--blocksize", type=int, default=64)
@@ -247,8 +248,9 @@ def main(argv=None):
                          "(as a decode, and tools/bench/ggml_peer.c), instead of rounds alternating them")
     ap.add_argument("--loop-mb", type=int, default=96, help="--loop: MB of weights cycled through (above the L3)")
     args = ap.parse_args(argv)
-    shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
-    cases = [(f"{N}x{K}", [(N, K)]) for N, K in shapes]
+    if not args.shapes:
+        ap.error("--shapes names at least one weight (the batch table takes the first)")
+    cases = [(f"{N}x{K}", [(N, K)]) for N, K in args.shapes]
     if not args.no_layer:
         cases.append(("Llama-3-8B layer, 7 linears", LLAMA3_8B_LAYER))
     saved = torch.get_num_threads()
@@ -260,7 +262,7 @@ def main(argv=None):
             print(head)
             print("-" * len(head))
             for dtype in (getattr(torch, d) for d in args.dtypes.split(",")):
-                kernel = bnb._C.gemv4_kernel(str(dtype), shapes[0][1])
+                kernel = bnb._C.gemv4_kernel(str(dtype), args.shapes[0][1])
                 for label, case_shapes in cases:
                     if args.loop:
                         nbytes, limit, rows = loop_rows(case_shapes, dtype, args.blocksize, args.repeat,
@@ -281,7 +283,7 @@ def main(argv=None):
             if args.loop:
                 print()
                 continue
-            N, K = shapes[0]
+            N, K = args.shapes[0]
             print(f"\nbatches through {N}x{K}: matmul_4bit on tensors, Linear4bit (weight repacked in place), us")
             for dtype in (getattr(torch, d) for d in args.dtypes.split(",")):
                 for batch in (int(b) for b in args.batches.split(",")):

@@ -1,10 +1,22 @@
 """Helpers shared by the CPU benchmarks: timing, the machine line, and the table of throughput beside a copy."""
 
+import argparse
 import time
 
 import torch
 
 import bnb
+
+
+def weight_shapes(text: str) -> list:
+    """argparse type of a list of weight shapes, "NxK,NxK" (empty: none): [(N, K), ...], each N and K positive."""
+    shapes = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        dims = item.lower().split("x")
+        if len(dims) != 2 or not all(d.isdigit() and int(d) > 0 for d in dims):
+            raise argparse.ArgumentTypeError(f"a weight shape is NxK with positive N and K, got {item!r}")
+        shapes.append((int(dims[0]), int(dims[1])))
+    return shapes
 
 
 def best_seconds(fn, repeat: int) -> float:
