@@ -63,9 +63,9 @@ Gemm4SmallKernel ActiveGemm4SmallKernel(DType dtype, int64_t M, int64_t K, bool 
 const char* Gemm4SmallKernelName(Gemm4SmallKernel kernel);  // "none", "highway", "avx512", "avx512bf16"
 
 // Whether a dense product in `dtype` (torch's, on the dequantized weight) runs on instructions made for it here:
-// float32 always; bfloat16 with AVX512-BF16, float16 with AVX512-FP16, each under an avx3 (or better) cpu.isa cap.
-// Elsewhere torch widens 16-bit operands element by element (about 3x slower than its float32 product), so the
-// callers multiply in float32 and round the result once.
+// float32 always; on x86 bfloat16 with AVX512-BF16, float16 with AVX512-FP16, each under an avx3 (or better) cpu.isa
+// cap. Without them torch widens 16-bit operands element by element (about 3x slower than its float32 product), so
+// the callers multiply in float32 and round the result once. Other architectures: true (not measured).
 bool NativeProducts(DType dtype);
 // A laid out for the kernel ActiveGemm4SmallKernel names (kNone: nothing), once per call: the threads that split
 // W's rows share it. A itself must outlive it (rows with a non-finite absmax read it).
