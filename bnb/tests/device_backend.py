@@ -21,6 +21,10 @@ elif BACKEND == "python":
 elif BACKEND != "reference":
     raise ValueError(f"BNBDEV_BACKEND must be reference, library or python, got {BACKEND!r}")
 
+# Whether the backend's gemm_4bit dequantizes and multiplies in A's dtype (the reference's composition and the
+# library's); the python backend runs bnb's own CPU kernels on host copies.
+COMPOSES_PRODUCTS = BACKEND in ("reference", "library")
+
 # Where the dispatcher records each backend's kernels as registered (bnb.dispatch.Served.where).
 WHERE = {"reference": r"bnb/reference/__init__\.py:\d+", "library": r"bnb/tests/device/kernels/\w+\.cc:\d+",
          "python": r"torch/library\.py:\d+"}[BACKEND]

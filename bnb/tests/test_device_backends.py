@@ -9,7 +9,7 @@ import bnb
 from bnb import dispatch
 from bnb import functional as F
 from bnb.dispatch_trace import trace
-from device_backend import BACKEND, DEV, kernel_calls, op, outputs, served_as_expected
+from device_backend import BACKEND, COMPOSES_PRODUCTS, DEV, kernel_calls, op, outputs, served_as_expected
 from helpers import assert_same_bits, sample
 
 OPS = dispatch.op_names()
@@ -19,10 +19,11 @@ CPU = torch.device("cpu")
 def expected_on_cpu(name: str, args, kwargs):
     """The CPU's result: bnb's CPU kernel; for the reference's gemv_4bit and gemm_4bit, the reference on the CPU
     (bnb/core's vectorized gemv and small-batch kernels sum in another order: close, not equal, to the reference's
-    float32 matmul, gemv4.h); the same for any backend's gemm_4bit of 16-bit A where the CPU has no instructions
-    for its products (bnb multiplies it in float32 there: bnb._C.cpu_native_products; the backends dequantize and
-    multiply in A's dtype)."""
-    widened = name.startswith("gemm_4bit") and not bnb._C.cpu_native_products(str(args[0].dtype))
+    float32 matmul, gemv4.h); the same for gemm_4bit of 16-bit A where the CPU has no instructions for its products
+    (bnb multiplies it in float32 there: bnb._C.cpu_native_products) and the backend composes dequantize and a
+    matmul in A's dtype (COMPOSES_PRODUCTS)."""
+    widened = (COMPOSES_PRODUCTS and name.startswith("gemm_4bit")
+               and not bnb._C.cpu_native_products(str(args[0].dtype)))
     if widened or BACKEND == "reference" and name.startswith(("gemv_4bit", "gemm_4bit")):
         return bnb.reference.OPS[name].kernel(*args, **kwargs)
     return op(name)(*args, **kwargs)

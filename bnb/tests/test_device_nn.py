@@ -12,7 +12,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import bnb
 from bnb.dispatch_trace import KernelTrace
-from device_backend import BACKEND, DEV, kernel_calls, op, outputs, served_as_expected
+from device_backend import BACKEND, COMPOSES_PRODUCTS, DEV, kernel_calls, op, outputs, served_as_expected
 from helpers import assert_same_bits
 
 IN, OUT = 96, 40
@@ -41,10 +41,11 @@ def cpu_runs_the_reference(*names):
 
 def same_kernels_on_the_cpu(dtype=torch.float32):
     """The CPU serves the 4-bit products as bnbdev does: gemv_4bit by the reference where bnbdev has no backend of
-    its own, and gemm_4bit wherever the CPU multiplies A of `dtype` in float32 (a 16-bit dtype without instructions
-    for its products there: bnb._C.cpu_native_products), while bnbdev dequantizes and multiplies in A's dtype."""
+    its own, and gemm_4bit by it wherever the CPU multiplies A of `dtype` in float32 (a 16-bit dtype without
+    instructions for its products there: bnb._C.cpu_native_products) while bnbdev's backend dequantizes and
+    multiplies in A's dtype (COMPOSES_PRODUCTS)."""
     names = ["gemv_4bit", "gemv_4bit.out"] if BACKEND == "reference" else []
-    if not bnb._C.cpu_native_products(str(dtype)):
+    if COMPOSES_PRODUCTS and not bnb._C.cpu_native_products(str(dtype)):
         names.append("gemm_4bit")
     return cpu_runs_the_reference(*names) if names else contextlib.nullcontext()
 
