@@ -20,6 +20,7 @@
 #include <cmath>
 #include <functional>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 #include "bnb/core/blockwise4.h"
@@ -225,13 +226,18 @@ struct SplitA {
   template <class Planes>
   SplitA(DType dtype, const void* A, int64_t K, const Planes*)
       : a(K), fast(K % 32 == 0), fast_end(fast ? K / kChunk * kChunk : 0) {
-    if (dtype == DType::kBFloat16) {
-      const uint16_t* h = static_cast<const uint16_t*>(A);
-      for (int64_t k = 0; k < K; ++k) a[k] = BF16ToFloat(h[k]);
-    } else if (dtype == DType::kFloat32) {
-      std::copy_n(static_cast<const float*>(A), K, a.data());
-    } else {
-      for (int64_t k = 0; k < K; ++k) a[k] = LoadAsFloat(dtype, A, k);
+    // Widened a vector at a time (float16 element by element cost 7 us of a 10 us call at K = 4096).
+    const auto widen = [&](auto type) {
+      constexpr DType kT = decltype(type)::value;
+      const int64_t N = static_cast<int64_t>(kN);
+      int64_t k = 0;
+      for (; k + N <= K; k += N) hn::StoreU(LoadF32<kT>(A, k), DF(), a.data() + k);
+      for (; k < K; ++k) a[k] = LoadAsFloat(kT, A, k);
+    };
+    switch (dtype) {
+      case DType::kFloat32: widen(std::integral_constant<DType, DType::kFloat32>{}); break;
+      case DType::kFloat16: widen(std::integral_constant<DType, DType::kFloat16>{}); break;
+      case DType::kBFloat16: widen(std::integral_constant<DType, DType::kBFloat16>{}); break;
     }
     for (int par = 0; par < 2 && fast_end < K; ++par) {
       if (par == 1 && K % 2 == 0) break;  // every row starts on a byte
