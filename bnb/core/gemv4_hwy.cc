@@ -18,8 +18,6 @@
 // more than A from L2), so only K beyond kSliceK is sliced.
 #include <algorithm>
 #include <cmath>
-#include <functional>
-#include <numeric>
 #include <type_traits>
 #include <vector>
 
