@@ -204,8 +204,11 @@ def _restore_weight(module: nn.Module) -> None:
 
 
 def _state_of(module: nn.Module) -> QuantState:
-    _restore_weight(module)
-    state = getattr(module.weight, "quant_state", None) or getattr(module, "quant_state", None)
+    weight = module.weight
+    if not isinstance(weight, Params4bit):
+        _restore_weight(module)
+        weight = module.weight
+    state = getattr(weight, "quant_state", None) or getattr(module, "quant_state", None)
     if state is None:
         raise RuntimeError(f"{type(module).__name__}: the weight is not quantized yet; move the module to a device "
                            f"first (.to('cpu'), .cuda(), ...), which quantizes it")
@@ -346,7 +349,6 @@ class Linear4bit(_Quantized4bitModule, nn.Linear):
             _log_fp16_input(single_row=x.numel() == x.shape[-1])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        state = _state_of(self)
         if not x.is_floating_point():  # as nn.Linear; before the first call settles compute_dtype
             raise RuntimeError(f"{type(self).__name__}: input must be a floating-point tensor, got "
                                f"{str(x.dtype).removeprefix('torch.')}")
@@ -355,32 +357,45 @@ class Linear4bit(_Quantized4bitModule, nn.Linear):
             # (bitsandbytes' deprecated form) and answer with only a DeprecationWarning.
             raise RuntimeError(f"{type(self).__name__}: input has {x.shape[-1]} features (shape {list(x.shape)}), "
                                f"the layer takes {self.in_features}")
-        if not self.compute_type_is_set:
-            self.set_compute_type(x)
-            self.compute_type_is_set = True
         in_dtype = x.dtype
-        if self.compute_dtype is not None and self.compute_dtype != in_dtype:
-            x = x.to(self.compute_dtype)
-        weight = self.weight
         if x.device.type == "cpu" and not torch.compiler.is_compiling():
             # The layout this call uses and the codes in it, taken together (another thread may change the layout
-            # after): a view of the weight, which keeps its storage and its version counter.
+            # after). One pass under the lock: for a small layer's token this Python costs as much as the product.
+            weight = None
             with cpu_layout.LOCK, torch._C.DisableTorchFunctionSubclass():
-                state = self._settle_cpu_layout(x, _state_of(self))  # read again: the state of this moment
-                weight = self.weight.detach()
-            if cpu_layout.layout_of(state) is not None and x.dtype in F._FLOATS and x.numel() > 0:
-                y = cpu_layout.product(x, weight.reshape(-1), state, self.bias)  # what matmul_4bit would call
+                state = _state_of(self)  # first: an unquantized weight is refused before anything is settled
+                x = self._in_compute_dtype(x)
+                bias = self.bias
+                state = self._settle_cpu_layout(x, state, bias)
+                layout = cpu_layout.layout_of(state)
+                if layout is None or x.dtype not in F._FLOATS or x.numel() == 0:
+                    weight = self.weight.detach()
+            if layout is not None and weight is None:
+                y = cpu_layout.product(x, layout.codes, state, bias)  # what matmul_4bit would call
                 return y if y.dtype == in_dtype else y.to(in_dtype)
+        else:
+            state = _state_of(self)
+            x = self._in_compute_dtype(x)
+            weight = self.weight
         # The bias as it is: matmul_4bit adds it with one rounding, alike in eager and compiled code.
         y = matmul_4bit(x, weight, quant_state=state, bias=self.bias)
         return y if y.dtype == in_dtype else y.to(in_dtype)
 
-    def _settle_cpu_layout(self, x: torch.Tensor, state: QuantState) -> QuantState:
+    def _in_compute_dtype(self, x: torch.Tensor) -> torch.Tensor:
+        """x in the compute dtype, which the first call settles (set_compute_type)."""
+        if not self.compute_type_is_set:
+            self.set_compute_type(x)
+            self.compute_type_is_set = True
+        if self.compute_dtype is not None and self.compute_dtype != x.dtype:
+            x = x.to(self.compute_dtype)
+        return x
+
+    def _settle_cpu_layout(self, x: torch.Tensor, state: QuantState, bias: Optional[torch.Tensor]) -> QuantState:
         """The weight's layout for this call (cpu_layout), and the quant state to use: repacked in place for
         inference (eval mode, no gradient wanted), as bitsandbytes repacks; back to bitsandbytes' bytes for a call
         that wants gradients or with knob cpu.pack_4bit off. Training mode repacks nothing: a no-grad pass inside a
         training loop would otherwise repack and restore the weights at every step."""
-        grad = _wants_grad(x, self.bias)
+        grad = _wants_grad(x, bias)
         if cpu_layout.layout_of(state) is not None:
             if grad or not bnb_config.get("cpu.pack_4bit"):
                 cpu_layout.restore(self.weight)
