@@ -85,16 +85,17 @@ struct Search4 {
 };
 
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-// SortedPosition4 on AVX-512 by buckets of the scaled value: bucket k of a sign holds magnitudes [k/16, (k+1)/16)
-// (the last one [15/16, 1]), so its index is floor(|v| * 16) (exact: a power-of-two scale) and the sign. The 32
-// buckets' tables live in register pairs (vpermi2d / vpermi2ps): `base`, the midpoints below every value of the
+// SortedPosition4 on AVX-512 by buckets of the scaled value: bucket k (-16 <= k < 16) holds [k/16, (k+1)/16) (the
+// last one [15/16, 1]), so its index is floor(v * 16) (exact: a power-of-two scale; -0 goes with +0, which compares
+// equal to it), at most 15 (v = 1). The 32 buckets' tables live in register pairs (vpermi2d / vpermi2ps), whose
+// index bits 0-4 are k mod 32, so no sign has to be split off: `base`, the midpoints below every value of the
 // bucket, and up to two midpoints inside it, `t1` <= `t2` (+inf for none). The position is base plus the
 // thresholds below v: one permute and compare per threshold, where Search4 makes six compares and three lookups.
 // Applies where no bucket holds more than two midpoints: NF4's are 0.08 or more apart, FP4's three about 0 fall
 // into two buckets. Takes v in [-1, 1] only: the vector path runs for blocks of finite absmax, so no NaN (a NaN
 // element makes the absmax NaN).
 //
-// The 32 buckets' plan (16 per sign; negative ones at 16 + k): base, t1, t2, and whether a bucket holds two
+// The 32 buckets' plan (table entry k mod 32 for bucket k): base, t1, t2, and whether a bucket holds two
 // midpoints; false where one holds more.
 struct Bucket4Plan {
   static constexpr int kBuckets = 32;
@@ -104,25 +105,22 @@ struct Bucket4Plan {
 
   bool Make(const Codebook4& cb) {
     const float inf = std::numeric_limits<float>::infinity();
-    for (int b = 0; b < kBuckets; ++b) {
-      const bool negative = b >= 16;
-      const int k = b % 16;
-      // Positive: values [lo, hi) (k = 15: [15/16, 1]). Negative: (-hi, -lo] (k = 15: [-1, -15/16]).
+    for (int i = 0; i < kBuckets; ++i) {
+      const int k = i < kBuckets / 2 ? i : i - kBuckets;
       const float lo = static_cast<float>(k) / 16.0f, hi = static_cast<float>(k + 1) / 16.0f;
       int below = 0, inside = 0;
       float t[kCodebook4Size] = {};
       for (const float m : cb.midpoints) {
-        const bool is_below = negative ? (k == 15 ? m < -1.0f : m <= -hi) : m < lo;
-        const bool is_inside = negative ? (k == 15 ? m >= -1.0f && m <= -lo : m > -hi && m <= -lo)
-                                        : (k == 15 ? m >= lo && m <= 1.0f : m >= lo && m < hi);
-        below += is_below;
-        if (is_inside) t[inside++] = m;
+        below += m < lo;
+        if (m >= lo && (k == 15 || m < hi)) {
+          if (inside == 2) return false;
+          t[inside++] = m;
+        }
       }
-      if (inside > 2) return false;
       two |= inside == 2;
-      base[b] = below;
-      t1[b] = inside > 0 ? t[0] : inf;
-      t2[b] = inside > 1 ? t[1] : inf;
+      base[i] = below;
+      t1[i] = inside > 0 ? t[0] : inf;
+      t2[i] = inside > 1 ? t[1] : inf;
     }
     return true;
   }
@@ -144,17 +142,15 @@ struct Bucket4 {
 
   HWY_INLINE VI Position(VF vf) const {
     const __m512 v = vf.raw;
-    const __m512i bits = _mm512_castps_si512(v);
-    // floor(|v| * 16), at most 15 (v = +-1 lies in bucket 15).
-    const __m512i k = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(_mm512_abs_ps(v), _mm512_set1_ps(16.0f))),
-                                       _mm512_set1_epi32(15));
-    const __m512i idx = _mm512_or_si512(k, _mm512_and_si512(_mm512_srli_epi32(bits, 27), _mm512_set1_epi32(16)));
-    __m512i pos = _mm512_permutex2var_epi32(base_lo, idx, base_hi);
+    const __m512i k = _mm512_min_epi32(
+        _mm512_cvt_roundps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(16.0f)), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC),
+        _mm512_set1_epi32(15));
+    __m512i pos = _mm512_permutex2var_epi32(base_lo, k, base_hi);
     const __m512i one = _mm512_set1_epi32(1);
-    const __mmask16 above1 = _mm512_cmp_ps_mask(v, _mm512_permutex2var_ps(t1_lo, idx, t1_hi), _CMP_GT_OQ);
+    const __mmask16 above1 = _mm512_cmp_ps_mask(v, _mm512_permutex2var_ps(t1_lo, k, t1_hi), _CMP_GT_OQ);
     pos = _mm512_mask_add_epi32(pos, above1, pos, one);
     if constexpr (kTwo) {
-      const __mmask16 above2 = _mm512_cmp_ps_mask(v, _mm512_permutex2var_ps(t2_lo, idx, t2_hi), _CMP_GT_OQ);
+      const __mmask16 above2 = _mm512_cmp_ps_mask(v, _mm512_permutex2var_ps(t2_lo, k, t2_hi), _CMP_GT_OQ);
       pos = _mm512_mask_add_epi32(pos, above2, pos, one);
     }
     return VI{pos};
