@@ -157,6 +157,53 @@ struct Bucket4 {
   }
 };
 
+// The absmaxes of the 16 blocks of `bs` elements from element lo (bs * the element's size a multiple of 64 bytes),
+// each BlockAbsmax's: per block the vector max of the magnitude bits, then the 16 vectors reduced together by four
+// rounds of shuffles and maxes, where BlockAbsmax reduces each block's vector alone (a chain of dependent shuffles
+// per block, ahead of the block's quantize loop).
+// Blocks of up to 1 KB take it (16 of them stay in L1 for the quantize loops after); larger ones amortize their
+// own reduction.
+constexpr int64_t kSixteenBlocksMaxBytes = 1024;
+
+template <DType kT>
+HWY_INLINE void SixteenBlockAbsmax(const void* x, int64_t lo, int64_t bs, float* amax) {
+  constexpr bool kWide = kT == DType::kFloat32;
+  constexpr int64_t kSize = DTypeSize(kT);
+  const __m512i magnitude = _mm512_set1_epi32(kWide ? 0x7FFFFFFF : 0x7FFF7FFF);
+  __m512i m[16];
+  for (int j = 0; j < 16; ++j) {
+    const char* p = static_cast<const char*>(x) + (lo + j * bs) * kSize;
+    __m512i v = _mm512_setzero_si512();
+    for (int64_t off = 0; off < bs * kSize; off += 64) {
+      const __m512i bits = _mm512_and_si512(_mm512_loadu_si512(p + off), magnitude);
+      v = kWide ? _mm512_max_epi32(v, bits) : _mm512_max_epi16(v, bits);
+    }
+    // 16-bit magnitudes: both halves of a lane, as 32-bit integers.
+    if constexpr (!kWide) v = _mm512_max_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)), _mm512_srli_epi32(v, 16));
+    m[j] = v;
+  }
+  // Round 1: block pairs' 256-bit halves (lanes 0-7 block 2j, 8-15 block 2j + 1); 2: 128-bit quarters (a block per
+  // quarter); 3: 64-bit pairs in each quarter; 4: 32-bit pairs. Quarter c then holds blocks c, 4 + c, 8 + c, 12 + c.
+  for (int j = 0; j < 8; ++j) {
+    m[j] = _mm512_max_epi32(_mm512_shuffle_i64x2(m[2 * j], m[2 * j + 1], 0x44),
+                            _mm512_shuffle_i64x2(m[2 * j], m[2 * j + 1], 0xEE));
+  }
+  for (int j = 0; j < 4; ++j) {
+    m[j] = _mm512_max_epi32(_mm512_shuffle_i64x2(m[2 * j], m[2 * j + 1], 0x88),
+                            _mm512_shuffle_i64x2(m[2 * j], m[2 * j + 1], 0xDD));
+  }
+  for (int j = 0; j < 2; ++j) {
+    m[j] = _mm512_max_epi32(_mm512_unpacklo_epi64(m[2 * j], m[2 * j + 1]), _mm512_unpackhi_epi64(m[2 * j], m[2 * j + 1]));
+  }
+  const __m512 a = _mm512_castsi512_ps(m[0]), b = _mm512_castsi512_ps(m[1]);
+  const __m512i r = _mm512_max_epi32(_mm512_castps_si512(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))),
+                                     _mm512_castps_si512(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))));
+  HWY_ALIGN int32_t bits[16];
+  _mm512_store_si512(bits, r);
+  using T = std::conditional_t<kWide, int32_t, int16_t>;
+  for (int j = 0; j < 16; ++j) amax[j] = AbsmaxFromBits(kT, static_cast<T>(bits[4 * (j % 4) + j / 4]));
+}
+
 // Positions (0..15) as bytes: one vpmovdb, where DemoteTo packs twice and permutes.
 HWY_INLINE void StorePositions(VI p, uint8_t* out) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(p.raw));
@@ -219,6 +266,25 @@ void QuantizeWith(const void* x, const Codebook4& cb, const Finder& search, cons
     run_len = 0;
   };
 
+  // Block b's absmax: small whole blocks 16 at a time where the position search is Bucket4's (AVX-512).
+  HWY_ALIGN float group[16];
+  int64_t group_begin = -16;
+  const auto Absmax = [&](int64_t b) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    if constexpr (Finder::kBeatsTables) {
+      constexpr int64_t kSize = DTypeSize(kT);
+      if (b - group_begin < 16) return group[b - group_begin];
+      if (r.blocksize * kSize <= kSixteenBlocksMaxBytes && r.blocksize * kSize % 64 == 0 && b + 16 <= r.block_end &&
+          (b + 16) * r.blocksize <= r.n) {
+        SixteenBlockAbsmax<kT>(x, b * r.blocksize, r.blocksize, group);
+        group_begin = b;
+        return group[0];
+      }
+    }
+#endif
+    return BlockAbsmax<kT>(x, b * r.blocksize, std::min((b + 1) * r.blocksize, r.n));
+  };
+
   for (int64_t b = r.block_begin; b < r.block_end; ++b) {
     const int64_t lo = b * r.blocksize;
     const int64_t hi = std::min(lo + r.blocksize, r.n);
@@ -227,9 +293,9 @@ void QuantizeWith(const void* x, const Codebook4& cb, const Finder& search, cons
     uint8_t* c = pos + run_len;  // element lo's position
     run_len += hi - lo;
 
-    const float amax = BlockAbsmax<kT>(x, lo, hi);
+    const float amax = Absmax(b);
     absmax[b] = amax;
-    const bool prefetch = b + 1 < r.block_end;
+    const bool prefetch = b + 1 < r.block_end && b - group_begin >= 16;  // a group's blocks are in L1
 
     if constexpr (kT == DType::kBFloat16) {
       const auto fill = [&cb](float a, const float* v, int64_t n, uint8_t* out) {
