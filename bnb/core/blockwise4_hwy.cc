@@ -179,7 +179,9 @@ HWY_INLINE void SixteenBlockAbsmax(const void* x, int64_t lo, int64_t bs, float*
       v = kWide ? _mm512_max_epi32(v, bits) : _mm512_max_epi16(v, bits);
     }
     // 16-bit magnitudes: both halves of a lane, as 32-bit integers.
-    if constexpr (!kWide) v = _mm512_max_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)), _mm512_srli_epi32(v, 16));
+    if constexpr (!kWide) {
+      v = _mm512_max_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)), _mm512_srli_epi32(v, 16));
+    }
     m[j] = v;
   }
   // Round 1: block pairs' 256-bit halves (lanes 0-7 block 2j, 8-15 block 2j + 1); 2: 128-bit quarters (a block per
@@ -193,7 +195,8 @@ HWY_INLINE void SixteenBlockAbsmax(const void* x, int64_t lo, int64_t bs, float*
                             _mm512_shuffle_i64x2(m[2 * j], m[2 * j + 1], 0xDD));
   }
   for (int j = 0; j < 2; ++j) {
-    m[j] = _mm512_max_epi32(_mm512_unpacklo_epi64(m[2 * j], m[2 * j + 1]), _mm512_unpackhi_epi64(m[2 * j], m[2 * j + 1]));
+    m[j] = _mm512_max_epi32(_mm512_unpacklo_epi64(m[2 * j], m[2 * j + 1]),
+                            _mm512_unpackhi_epi64(m[2 * j], m[2 * j + 1]));
   }
   const __m512 a = _mm512_castsi512_ps(m[0]), b = _mm512_castsi512_ps(m[1]);
   const __m512i r = _mm512_max_epi32(_mm512_castps_si512(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))),
