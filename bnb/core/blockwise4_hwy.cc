@@ -157,14 +157,14 @@ struct Bucket4 {
   }
 };
 
+// Blocks of up to 1 KB take SixteenBlockAbsmax (16 of them stay in L1 for the quantize loops after); larger ones
+// amortize their own reduction.
+constexpr int64_t kSixteenBlocksMaxBytes = 1024;
+
 // The absmaxes of the 16 blocks of `bs` elements from element lo (bs * the element's size a multiple of 64 bytes),
 // each BlockAbsmax's: per block the vector max of the magnitude bits, then the 16 vectors reduced together by four
 // rounds of shuffles and maxes, where BlockAbsmax reduces each block's vector alone (a chain of dependent shuffles
 // per block, ahead of the block's quantize loop).
-// Blocks of up to 1 KB take it (16 of them stay in L1 for the quantize loops after); larger ones amortize their
-// own reduction.
-constexpr int64_t kSixteenBlocksMaxBytes = 1024;
-
 template <DType kT>
 HWY_INLINE void SixteenBlockAbsmax(const void* x, int64_t lo, int64_t bs, float* amax) {
   constexpr bool kWide = kT == DType::kFloat32;

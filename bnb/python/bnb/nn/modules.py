@@ -361,16 +361,15 @@ class Linear4bit(_Quantized4bitModule, nn.Linear):
         if x.device.type == "cpu" and not torch.compiler.is_compiling():
             # The layout this call uses and the codes in it, taken together (another thread may change the layout
             # after). One pass under the lock: for a small layer's token this Python costs as much as the product.
-            weight = None
             with cpu_layout.LOCK, torch._C.DisableTorchFunctionSubclass():
                 state = _state_of(self)  # first: an unquantized weight is refused before anything is settled
                 x = self._in_compute_dtype(x)
                 bias = self.bias
                 state = self._settle_cpu_layout(x, state, bias)
                 layout = cpu_layout.layout_of(state)
-                if layout is None or x.dtype not in F._FLOATS or x.numel() == 0:
-                    weight = self.weight.detach()
-            if layout is not None and weight is None:
+                tiled = layout is not None and x.dtype in F._FLOATS and x.numel() > 0
+                weight = None if tiled else self.weight.detach()
+            if tiled:
                 y = cpu_layout.product(x, layout.codes, state, bias)  # what matmul_4bit would call
                 return y if y.dtype == in_dtype else y.to(in_dtype)
         else:
