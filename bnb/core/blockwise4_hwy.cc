@@ -51,7 +51,6 @@ using DPacked = hn::Rebind<uint8_t, D16>;
 // 4g, 4g + 1 and 4g + 2 below it. Six independent compares, which overlap, where a binary search chains four
 // dependent ones (figures: tools/bench/NOTES.md, '4-bit quantize: position search').
 struct Search4 {
-  static constexpr bool kBeatsTables = false;
   VF m3, m7, m11;
   RegTable<4> first, second, third;  // by group g: midpoints 4g, 4g + 1, 4g + 2
 
@@ -128,7 +127,6 @@ struct Bucket4Plan {
 
 template <bool kTwo>  // some bucket holds two midpoints
 struct Bucket4 {
-  static constexpr bool kBeatsTables = true;
   __m512i base_lo, base_hi;
   __m512 t1_lo, t1_hi, t2_lo, t2_hi;
 
@@ -215,6 +213,51 @@ HWY_INLINE void StorePositions(VI p, uint8_t* out) {
 HWY_INLINE void StorePositions(VI p, uint8_t* out) { hn::StoreU(hn::DemoteTo(DU8(), p), DU8(), out); }
 #endif
 
+// The absmax of each block, asked for in increasing order: on AVX-512, small whole blocks 16 at a time
+// (SixteenBlockAbsmax), which leaves those blocks in L1 for their quantize loops; elsewhere BlockAbsmax's.
+template <DType kT>
+class BlockAbsmaxes {
+ public:
+  BlockAbsmaxes(const void* x, const Blockwise4Range& r)
+      : x_(x), n_(r.n), bs_(r.blocksize), end_(r.block_end), grouped_(Grouped(r.blocksize)) {}
+
+  // Block b's absmax; `in_l1`: whether its group's pass has just read the block.
+  HWY_INLINE float Of(int64_t b, bool& in_l1) {
+    const int64_t lo = b * bs_;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    in_l1 = b - group_begin_ < 16;
+    if (in_l1) return group_[b - group_begin_];
+    if (grouped_ && b + 16 <= end_ && (b + 16) * bs_ <= n_) {
+      SixteenBlockAbsmax<kT>(x_, lo, bs_, group_);
+      group_begin_ = b;
+      in_l1 = true;
+      return group_[0];
+    }
+#else
+    in_l1 = false;
+#endif
+    return BlockAbsmax<kT>(x_, lo, std::min(lo + bs_, n_));
+  }
+
+ private:
+  static bool Grouped(int64_t bs) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    const int64_t bytes = bs * DTypeSize(kT);
+    return bytes <= kSixteenBlocksMaxBytes && bytes % 64 == 0;
+#else
+    return bs < 0;  // never: the groups are AVX-512 code
+#endif
+  }
+
+  const void* x_;
+  const int64_t n_, bs_, end_;
+  const bool grouped_;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  HWY_ALIGN float group_[16];
+  int64_t group_begin_ = -16;
+#endif
+};
+
 HWY_ALIGN constexpr uint8_t kIdentity4[kCodebook4Size] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
 // Sorted positions p[0, len) as codes (through the 16 bytes at to_code, or as they are when it is null) packed two
@@ -259,33 +302,14 @@ void QuantizeWith(const void* x, const Codebook4& cb, const Finder& search, cons
   // Where the search is quick (eight lanes and up), blocks below 128 elements are coded faster by it than by table:
   // each block looks up a different one of the 128 tables (230 KB in all), so its loads miss L1. With fewer lanes
   // the tables win at every blocksize (figures: tools/bench/NOTES.md, '4-bit quantize: tables or search').
-  // Bucket4 beats the tables at every blocksize (tools/bench/NOTES.md, '4-bit quantize: buckets on AVX-512').
-  const bool use_tables = !Finder::kBeatsTables && (kN < 8 || r.blocksize >= 128);
+  const bool use_tables = kN < 8 || r.blocksize >= 128;
+  BlockAbsmaxes<kT> absmaxes(x, r);
   int64_t run_lo = r.block_begin * r.blocksize, run_len = 0;
   const auto pack_run = [&] {
     tables.Finish();
     PackCodes4(pos, run_len, identity ? nullptr : to_code, packed + run_lo / 2);  // run_lo: a block start, even
     run_lo += run_len;
     run_len = 0;
-  };
-
-  // Block b's absmax: small whole blocks 16 at a time where the position search is Bucket4's (AVX-512).
-  HWY_ALIGN float group[16];
-  int64_t group_begin = -16;
-  const auto Absmax = [&](int64_t b) {
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-    if constexpr (Finder::kBeatsTables) {
-      constexpr int64_t kSize = DTypeSize(kT);
-      if (b - group_begin < 16) return group[b - group_begin];
-      if (r.blocksize * kSize <= kSixteenBlocksMaxBytes && r.blocksize * kSize % 64 == 0 && b + 16 <= r.block_end &&
-          (b + 16) * r.blocksize <= r.n) {
-        SixteenBlockAbsmax<kT>(x, b * r.blocksize, r.blocksize, group);
-        group_begin = b;
-        return group[0];
-      }
-    }
-#endif
-    return BlockAbsmax<kT>(x, b * r.blocksize, std::min((b + 1) * r.blocksize, r.n));
   };
 
   for (int64_t b = r.block_begin; b < r.block_end; ++b) {
@@ -296,9 +320,10 @@ void QuantizeWith(const void* x, const Codebook4& cb, const Finder& search, cons
     uint8_t* c = pos + run_len;  // element lo's position
     run_len += hi - lo;
 
-    const float amax = Absmax(b);
+    bool in_l1;
+    const float amax = absmaxes.Of(b, in_l1);
     absmax[b] = amax;
-    const bool prefetch = b + 1 < r.block_end && b - group_begin >= 16;  // a group's blocks are in L1
+    const bool prefetch = !in_l1 && b + 1 < r.block_end;
 
     if constexpr (kT == DType::kBFloat16) {
       const auto fill = [&cb](float a, const float* v, int64_t n, uint8_t* out) {
@@ -325,12 +350,70 @@ void QuantizeWith(const void* x, const Codebook4& cb, const Finder& search, cons
   pack_run();
 }
 
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// Blocks [r.block_begin, r.block_end) of bfloat16 x by Bucket4, packed in registers: the two halves of each 32-bit
+// lane of 32 elements are an even and an odd element, so their codes pair up lane by lane into bytes (even << 4 |
+// odd, bitsandbytes' order), 16 packed bytes to one vpmovdb, where QuantizeWith stores every position and packs
+// them in a pass of their own. (float32 would first need two permutes to part even from odd elements, which cost
+// what they save: it stays with QuantizeWith. Figures: tools/bench/NOTES.md, '4-bit quantize: bfloat16 codes
+// packed in registers'.)
+template <bool kTwo>
+void QuantizeBf16ByBuckets(const void* x, const Codebook4& cb, const Bucket4<kTwo>& search,
+                           const Blockwise4Range& r, uint8_t* packed, float* absmax) {
+  constexpr DType kT = DType::kBFloat16;
+  bool identity = true;  // NF4: sorted position == code
+  HWY_ALIGN int32_t to_code[16];
+  for (int k = 0; k < kCodebook4Size; ++k) {
+    to_code[k] = cb.sorted_to_code[k];
+    identity &= to_code[k] == k;
+  }
+  const __m512i code_table = _mm512_load_si512(to_code);
+  const __m512i high_half = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
+  const auto codes = [&](__m512 scaled) {
+    const __m512i p = search.Position(VF{scaled}).raw;
+    return identity ? p : _mm512_permutexvar_epi32(p, code_table);
+  };
+  const auto code_at = [&](int64_t i, float amax) {
+    return cb.sorted_to_code[SortedPosition4(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax))];
+  };
+  const uint16_t* xs = static_cast<const uint16_t*>(x);
+  BlockAbsmaxes<kT> absmaxes(x, r);
+  for (int64_t b = r.block_begin; b < r.block_end; ++b) {
+    const int64_t lo = b * r.blocksize;
+    const int64_t hi = std::min(lo + r.blocksize, r.n);
+    bool in_l1;
+    const float amax = absmaxes.Of(b, in_l1);
+    absmax[b] = amax;
+    const bool prefetch = !in_l1 && b + 1 < r.block_end;
+    int64_t i = lo;
+    if (std::isfinite(amax) && amax != 0.0f) {
+      const __m512 scale = _mm512_set1_ps(amax);  // x / absmax is a true division, as ScaleToUnit's
+      for (; i + 32 <= hi; i += 32) {
+        if (prefetch) PrefetchElements<kT>(x, i + r.blocksize, 32);
+        const __m512i w = _mm512_loadu_si512(xs + i);
+        const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+        const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(w, high_half));
+        const __m512i pair = _mm512_or_si512(_mm512_slli_epi32(codes(_mm512_div_ps(even, scale)), 4),
+                                             codes(_mm512_div_ps(odd, scale)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + i / 2), _mm512_cvtepi32_epi8(pair));
+      }
+    }
+    for (; i + 1 < hi; i += 2) packed[i / 2] = static_cast<uint8_t>((code_at(i, amax) << 4) | code_at(i + 1, amax));
+    if (i < hi) packed[i / 2] = static_cast<uint8_t>(code_at(i, amax) << 4);  // an odd n's last: PadOddEnd4's nibble
+  }
+}
+#endif
+
 template <DType kT>
 void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packed, float* absmax) {
   const Codebook4& cb = GetCodebook4(q);
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   Bucket4Plan plan;
   if (plan.Make(cb)) {
+    if constexpr (kT == DType::kBFloat16) {
+      if (plan.two) return QuantizeBf16ByBuckets(x, cb, Bucket4<true>(plan), r, packed, absmax);
+      return QuantizeBf16ByBuckets(x, cb, Bucket4<false>(plan), r, packed, absmax);
+    }
     if (plan.two) return QuantizeWith<kT>(x, cb, Bucket4<true>(plan), r, packed, absmax);
     return QuantizeWith<kT>(x, cb, Bucket4<false>(plan), r, packed, absmax);
   }

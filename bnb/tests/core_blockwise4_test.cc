@@ -323,6 +323,33 @@ TEST_P(EveryIsa, SubrangesEqualTheWholeAndWriteOnlyTheirBytes) {
   }
 }
 
+// Ranges that start and end inside the AVX-512 kernels' groups of 16 blocks, in every dtype, with an odd count:
+// together they write what the whole does, each only its own bytes and absmax entries.
+TEST_P(EveryIsa, RangesAcrossBlockGroupsEqualTheWhole) {
+  for (Quant4 q : kQuants)
+  for (DType dtype : kDTypes) {
+    for (int64_t bs : {int64_t{32}, int64_t{64}}) {
+      SCOPED_TRACE(testing::Message() << Quant4Name(q) << " " << DTypeName(dtype) << " blocksize " << bs);
+      const int64_t n = bs * 41 + 5, blocks = NumBlocks(n, bs);
+      const auto x = Encode(dtype, TestData(n, bs, static_cast<uint32_t>(bs), /*specials=*/true));
+      std::vector<uint8_t> whole(PackedSize4(n)), parts(PackedSize4(n));
+      std::vector<float> am_whole(blocks), am_parts(blocks);
+      QuantizeBlockwise4(dtype, x.data(), q, {n, bs, 0, blocks}, whole.data(), am_whole.data());
+      const int64_t cuts[] = {0, 5, 23, blocks};
+      for (int k = 0; k + 1 < 4; ++k) {
+        std::vector<uint8_t> before = parts;
+        QuantizeBlockwise4(dtype, x.data(), q, {n, bs, cuts[k], cuts[k + 1]}, parts.data(), am_parts.data());
+        const int64_t first = cuts[k] * bs / 2, last = std::min(PackedSize4(n), cuts[k + 1] * bs / 2);
+        for (int64_t j = 0; j < PackedSize4(n); ++j) {
+          if (j < first || j >= last) ASSERT_EQ(parts[j], before[j]) << "range " << k << " wrote byte " << j;
+        }
+      }
+      EXPECT_EQ(parts, whole);
+      for (int64_t b = 0; b < blocks; ++b) ASSERT_EQ(FloatToBits(am_parts[b]), FloatToBits(am_whole[b])) << b;
+    }
+  }
+}
+
 TEST_P(EveryIsa, RoundTripErrorIsThatOfTheCodebook) {
   // Mean absolute error of randn through quantize + dequantize, near bitsandbytes' published figures
   // (NF4: blocksize 64 0.0728, 128 0.0768, 4096 0.0925; FP4 blocksize 64 0.0965).
