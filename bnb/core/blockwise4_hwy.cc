@@ -205,26 +205,18 @@ HWY_INLINE void SixteenBlockAbsmax(const void* x, int64_t lo, int64_t bs, float*
   for (int j = 0; j < 16; ++j) amax[j] = AbsmaxFromBits(kT, static_cast<T>(bits[4 * (j % 4) + j / 4]));
 }
 
-// Positions (0..15) as bytes: one vpmovdb, where DemoteTo packs twice and permutes.
-HWY_INLINE void StorePositions(VI p, uint8_t* out) {
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(p.raw));
-}
-#else
-HWY_INLINE void StorePositions(VI p, uint8_t* out) { hn::StoreU(hn::DemoteTo(DU8(), p), DU8(), out); }
-#endif
-
-// The absmax of each block, asked for in increasing order: on AVX-512, small whole blocks 16 at a time
-// (SixteenBlockAbsmax), which leaves those blocks in L1 for their quantize loops; elsewhere BlockAbsmax's.
+// The absmax of each block, asked for in increasing order: small whole blocks 16 at a time (SixteenBlockAbsmax),
+// which leaves those blocks in L1 for their quantize loops; others by BlockAbsmax.
 template <DType kT>
 class BlockAbsmaxes {
  public:
   BlockAbsmaxes(const void* x, const Blockwise4Range& r)
-      : x_(x), n_(r.n), bs_(r.blocksize), end_(r.block_end), grouped_(Grouped(r.blocksize)) {}
+      : x_(x), n_(r.n), bs_(r.blocksize), end_(r.block_end),
+        grouped_(r.blocksize * DTypeSize(kT) <= kSixteenBlocksMaxBytes && r.blocksize * DTypeSize(kT) % 64 == 0) {}
 
   // Block b's absmax; `in_l1`: whether its group's pass has just read the block.
   HWY_INLINE float Of(int64_t b, bool& in_l1) {
     const int64_t lo = b * bs_;
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
     in_l1 = b - group_begin_ < 16;
     if (in_l1) return group_[b - group_begin_];
     if (grouped_ && b + 16 <= end_ && (b + 16) * bs_ <= n_) {
@@ -233,30 +225,24 @@ class BlockAbsmaxes {
       in_l1 = true;
       return group_[0];
     }
-#else
-    in_l1 = false;
-#endif
     return BlockAbsmax<kT>(x_, lo, std::min(lo + bs_, n_));
   }
 
  private:
-  static bool Grouped(int64_t bs) {
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-    const int64_t bytes = bs * DTypeSize(kT);
-    return bytes <= kSixteenBlocksMaxBytes && bytes % 64 == 0;
-#else
-    return bs < 0;  // never: the groups are AVX-512 code
-#endif
-  }
-
   const void* x_;
   const int64_t n_, bs_, end_;
   const bool grouped_;
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   HWY_ALIGN float group_[16];
   int64_t group_begin_ = -16;
-#endif
 };
+
+// Positions (0..15) as bytes: one vpmovdb, where DemoteTo packs twice and permutes.
+HWY_INLINE void StorePositions(VI p, uint8_t* out) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(p.raw));
+}
+#else
+HWY_INLINE void StorePositions(VI p, uint8_t* out) { hn::StoreU(hn::DemoteTo(DU8(), p), DU8(), out); }
+#endif
 
 HWY_ALIGN constexpr uint8_t kIdentity4[kCodebook4Size] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
@@ -282,7 +268,7 @@ HWY_INLINE void PackCodes4(const uint8_t* p, int64_t len, const uint8_t* to_code
   if (j < len) dst[j / 2] = static_cast<uint8_t>(code_of[p[j]] << 4);
 }
 
-// Blocks [r.block_begin, r.block_end) with the positions found by `search` (Search4 or Bucket4).
+// Blocks [r.block_begin, r.block_end) with the positions found by `search` (Search4).
 template <DType kT, class Finder>
 void QuantizeWith(const void* x, const Codebook4& cb, const Finder& search, const Blockwise4Range& r,
                   uint8_t* packed, float* absmax) {
@@ -303,7 +289,6 @@ void QuantizeWith(const void* x, const Codebook4& cb, const Finder& search, cons
   // each block looks up a different one of the 128 tables (230 KB in all), so its loads miss L1. With fewer lanes
   // the tables win at every blocksize (figures: tools/bench/NOTES.md, '4-bit quantize: tables or search').
   const bool use_tables = kN < 8 || r.blocksize >= 128;
-  BlockAbsmaxes<kT> absmaxes(x, r);
   int64_t run_lo = r.block_begin * r.blocksize, run_len = 0;
   const auto pack_run = [&] {
     tables.Finish();
@@ -320,10 +305,9 @@ void QuantizeWith(const void* x, const Codebook4& cb, const Finder& search, cons
     uint8_t* c = pos + run_len;  // element lo's position
     run_len += hi - lo;
 
-    bool in_l1;
-    const float amax = absmaxes.Of(b, in_l1);
+    const float amax = BlockAbsmax<kT>(x, lo, hi);
     absmax[b] = amax;
-    const bool prefetch = !in_l1 && b + 1 < r.block_end;
+    const bool prefetch = b + 1 < r.block_end;
 
     if constexpr (kT == DType::kBFloat16) {
       const auto fill = [&cb](float a, const float* v, int64_t n, uint8_t* out) {
@@ -351,32 +335,50 @@ void QuantizeWith(const void* x, const Codebook4& cb, const Finder& search, cons
 }
 
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-// Blocks [r.block_begin, r.block_end) of bfloat16 x by Bucket4, packed in registers: the two halves of each 32-bit
-// lane of 32 elements are an even and an odd element, so their codes pair up lane by lane into bytes (even << 4 |
-// odd, bitsandbytes' order), 16 packed bytes to one vpmovdb, where QuantizeWith stores every position and packs
-// them in a pass of their own. (float32 would first need two permutes to part even from odd elements, which cost
-// what they save: it stays with QuantizeWith. Figures: tools/bench/NOTES.md, '4-bit quantize: bfloat16 codes
-// packed in registers'.)
-template <bool kTwo>
-void QuantizeBf16ByBuckets(const void* x, const Codebook4& cb, const Bucket4<kTwo>& search,
-                           const Blockwise4Range& r, uint8_t* packed, float* absmax) {
-  constexpr DType kT = DType::kBFloat16;
+// Blocks [r.block_begin, r.block_end) by Bucket4, packed in registers (where QuantizeWith stores every position and
+// packs them in a pass of their own), 32 elements into 16 bytes of codes, even element high (bitsandbytes' order):
+// - bfloat16: the two halves of each 32-bit lane are an even and an odd element, whose codes pair up lane by lane
+//   (even << 4 | odd), narrowed by one vpmovdb;
+// - float32 and float16: the two vectors' positions packed to 16 bits (vpackusdw, which interleaves 64-bit pieces of
+//   the two), mapped to codes there (one vpermw, FP4 only), each adjacent pair summed as 16 * even + odd (vpmaddwd),
+//   narrowed, and the pairs' order restored by one byte shuffle.
+// Figures: tools/bench/NOTES.md, '4-bit quantize: codes packed in registers'.
+template <DType kT, bool kTwo>
+void QuantizeByBuckets(const void* x, const Codebook4& cb, const Bucket4<kTwo>& search, const Blockwise4Range& r,
+                       uint8_t* packed, float* absmax) {
   bool identity = true;  // NF4: sorted position == code
   HWY_ALIGN int32_t to_code[16];
+  HWY_ALIGN int16_t to_code16[32] = {};
   for (int k = 0; k < kCodebook4Size; ++k) {
-    to_code[k] = cb.sorted_to_code[k];
+    to_code16[k] = static_cast<int16_t>(to_code[k] = cb.sorted_to_code[k]);
     identity &= to_code[k] == k;
   }
-  const __m512i code_table = _mm512_load_si512(to_code);
+  const __m512i code_table = _mm512_load_si512(to_code), code_table16 = _mm512_load_si512(to_code16);
   const __m512i high_half = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
-  const auto codes = [&](__m512 scaled) {
-    const __m512i p = search.Position(VF{scaled}).raw;
-    return identity ? p : _mm512_permutexvar_epi32(p, code_table);
+  const auto positions = [&](__m512 v, __m512 scale) { return search.Position(VF{_mm512_div_ps(v, scale)}).raw; };
+  // The 16 packed bytes of elements i .. i + 31.
+  const auto pack32 = [&](int64_t i, __m512 scale) HWY_ATTR {
+    if constexpr (kT == DType::kBFloat16) {
+      const __m512i w = _mm512_loadu_si512(static_cast<const uint16_t*>(x) + i);
+      const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+      const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(w, high_half));
+      __m512i pe = positions(even, scale), po = positions(odd, scale);
+      if (!identity) pe = _mm512_permutexvar_epi32(pe, code_table), po = _mm512_permutexvar_epi32(po, code_table);
+      return _mm512_cvtepi32_epi8(_mm512_or_si512(_mm512_slli_epi32(pe, 4), po));
+    } else {
+      // Words per 128-bit quarter q: elements 4q .. 4q + 3, then 16 + 4q .. 19 + 4q; so dword k of the sums holds
+      // pair 2q, 2q + 1, 8 + 2q, 9 + 2q for k = 4q .. 4q + 3.
+      __m512i words = _mm512_packus_epi32(positions(LoadF32<kT>(x, i).raw, scale),
+                                          positions(LoadF32<kT>(x, i + 16).raw, scale));
+      if (!identity) words = _mm512_permutexvar_epi16(words, code_table16);
+      const __m512i pairs = _mm512_madd_epi16(words, _mm512_set1_epi32(0x00010010));  // 16 * even + odd
+      return _mm_shuffle_epi8(_mm512_cvtepi32_epi8(pairs),
+                              _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
+    }
   };
   const auto code_at = [&](int64_t i, float amax) {
     return cb.sorted_to_code[SortedPosition4(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax))];
   };
-  const uint16_t* xs = static_cast<const uint16_t*>(x);
   BlockAbsmaxes<kT> absmaxes(x, r);
   for (int64_t b = r.block_begin; b < r.block_end; ++b) {
     const int64_t lo = b * r.blocksize;
@@ -390,12 +392,7 @@ void QuantizeBf16ByBuckets(const void* x, const Codebook4& cb, const Bucket4<kTw
       const __m512 scale = _mm512_set1_ps(amax);  // x / absmax is a true division, as ScaleToUnit's
       for (; i + 32 <= hi; i += 32) {
         if (prefetch) PrefetchElements<kT>(x, i + r.blocksize, 32);
-        const __m512i w = _mm512_loadu_si512(xs + i);
-        const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-        const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(w, high_half));
-        const __m512i pair = _mm512_or_si512(_mm512_slli_epi32(codes(_mm512_div_ps(even, scale)), 4),
-                                             codes(_mm512_div_ps(odd, scale)));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + i / 2), _mm512_cvtepi32_epi8(pair));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + i / 2), pack32(i, scale));
       }
     }
     for (; i + 1 < hi; i += 2) packed[i / 2] = static_cast<uint8_t>((code_at(i, amax) << 4) | code_at(i + 1, amax));
@@ -410,12 +407,8 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   Bucket4Plan plan;
   if (plan.Make(cb)) {
-    if constexpr (kT == DType::kBFloat16) {
-      if (plan.two) return QuantizeBf16ByBuckets(x, cb, Bucket4<true>(plan), r, packed, absmax);
-      return QuantizeBf16ByBuckets(x, cb, Bucket4<false>(plan), r, packed, absmax);
-    }
-    if (plan.two) return QuantizeWith<kT>(x, cb, Bucket4<true>(plan), r, packed, absmax);
-    return QuantizeWith<kT>(x, cb, Bucket4<false>(plan), r, packed, absmax);
+    if (plan.two) return QuantizeByBuckets<kT>(x, cb, Bucket4<true>(plan), r, packed, absmax);
+    return QuantizeByBuckets<kT>(x, cb, Bucket4<false>(plan), r, packed, absmax);
   }
 #endif
   QuantizeWith<kT>(x, cb, Search4(cb), r, packed, absmax);
