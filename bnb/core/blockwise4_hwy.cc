@@ -205,36 +205,6 @@ HWY_INLINE void SixteenBlockAbsmax(const void* x, int64_t lo, int64_t bs, float*
   for (int j = 0; j < 16; ++j) amax[j] = AbsmaxFromBits(kT, static_cast<T>(bits[4 * (j % 4) + j / 4]));
 }
 
-// The absmax of each block, asked for in increasing order: small whole blocks 16 at a time (SixteenBlockAbsmax),
-// which leaves those blocks in L1 for their quantize loops; others by BlockAbsmax.
-template <DType kT>
-class BlockAbsmaxes {
- public:
-  BlockAbsmaxes(const void* x, const Blockwise4Range& r)
-      : x_(x), n_(r.n), bs_(r.blocksize), end_(r.block_end),
-        grouped_(r.blocksize * DTypeSize(kT) <= kSixteenBlocksMaxBytes && r.blocksize * DTypeSize(kT) % 64 == 0) {}
-
-  // Block b's absmax; `in_l1`: whether its group's pass has just read the block.
-  HWY_INLINE float Of(int64_t b, bool& in_l1) {
-    const int64_t lo = b * bs_;
-    in_l1 = b - group_begin_ < 16;
-    if (in_l1) return group_[b - group_begin_];
-    if (grouped_ && b + 16 <= end_ && (b + 16) * bs_ <= n_) {
-      SixteenBlockAbsmax<kT>(x_, lo, bs_, group_);
-      group_begin_ = b;
-      in_l1 = true;
-      return group_[0];
-    }
-    return BlockAbsmax<kT>(x_, lo, std::min(lo + bs_, n_));
-  }
-
- private:
-  const void* x_;
-  const int64_t n_, bs_, end_;
-  const bool grouped_;
-  HWY_ALIGN float group_[16];
-  int64_t group_begin_ = -16;
-};
 
 // Positions (0..15) as bytes: one vpmovdb, where DemoteTo packs twice and permutes.
 HWY_INLINE void StorePositions(VI p, uint8_t* out) {
@@ -243,6 +213,41 @@ HWY_INLINE void StorePositions(VI p, uint8_t* out) {
 #else
 HWY_INLINE void StorePositions(VI p, uint8_t* out) { hn::StoreU(hn::DemoteTo(DU8(), p), DU8(), out); }
 #endif
+
+// The absmax of each block, asked for in increasing order: on AVX-512, small whole blocks 16 at a time
+// (SixteenBlockAbsmax), which leaves those blocks in L1 for their quantize loops; otherwise by BlockAbsmax.
+template <DType kT>
+class BlockAbsmaxes {
+ public:
+  BlockAbsmaxes(const void* x, const Blockwise4Range& r) : x_(x), n_(r.n), bs_(r.blocksize), end_(r.block_end) {}
+
+  // Block b's absmax; `in_l1`: whether its group's pass has just read the block.
+  HWY_INLINE float Of(int64_t b, bool& in_l1) {
+    const int64_t lo = b * bs_;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    in_l1 = b - group_begin_ < 16;
+    if (in_l1) return group_[b - group_begin_];
+    if (grouped_ && b + 16 <= end_ && (b + 16) * bs_ <= n_) {
+      SixteenBlockAbsmax<kT>(x_, lo, bs_, group_);
+      group_begin_ = b;
+      in_l1 = true;
+      return group_[0];
+    }
+#else
+    in_l1 = false;
+#endif
+    return BlockAbsmax<kT>(x_, lo, std::min(lo + bs_, n_));
+  }
+
+ private:
+  const void* x_;
+  const int64_t n_, bs_, end_;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  const bool grouped_ = bs_ * DTypeSize(kT) <= kSixteenBlocksMaxBytes && bs_ * DTypeSize(kT) % 64 == 0;
+  HWY_ALIGN float group_[16];
+  int64_t group_begin_ = -16;
+#endif
+};
 
 HWY_ALIGN constexpr uint8_t kIdentity4[kCodebook4Size] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
@@ -268,6 +273,11 @@ HWY_INLINE void PackCodes4(const uint8_t* p, int64_t len, const uint8_t* to_code
   if (j < len) dst[j / 2] = static_cast<uint8_t>(code_of[p[j]] << 4);
 }
 
+// Where the search is quick (eight lanes and up), bfloat16 blocks below this size are coded faster by it than by
+// table: each block looks up a different one of the 128 tables (230 KB in all), so its loads miss L1. With fewer
+// lanes the tables win at every blocksize (figures: tools/bench/NOTES.md, '4-bit quantize: tables or search').
+constexpr int64_t kBf16TablesFrom = 128;
+
 // Blocks [r.block_begin, r.block_end) with the positions found by `search` (Search4).
 template <DType kT, class Finder>
 void QuantizeWith(const void* x, const Codebook4& cb, const Finder& search, const Blockwise4Range& r,
@@ -285,10 +295,7 @@ void QuantizeWith(const void* x, const Codebook4& cb, const Finder& search, cons
   // stands for maps to the same code.
   HWY_ALIGN uint8_t pos[kMaxBlocksize];
   Bf16TableRunFor<kT> tables;
-  // Where the search is quick (eight lanes and up), blocks below 128 elements are coded faster by it than by table:
-  // each block looks up a different one of the 128 tables (230 KB in all), so its loads miss L1. With fewer lanes
-  // the tables win at every blocksize (figures: tools/bench/NOTES.md, '4-bit quantize: tables or search').
-  const bool use_tables = kN < 8 || r.blocksize >= 128;
+  const bool use_tables = kN < 8 || r.blocksize >= kBf16TablesFrom;
   int64_t run_lo = r.block_begin * r.blocksize, run_len = 0;
   const auto pack_run = [&] {
     tables.Finish();
@@ -334,9 +341,41 @@ void QuantizeWith(const void* x, const Codebook4& cb, const Finder& search, cons
   pack_run();
 }
 
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
+// Blocks [r.block_begin, r.block_end) with each block's whole runs of 32 elements coded and packed in registers by
+// pack32(i, scale) (the 16 bytes of elements i .. i + 31), where QuantizeWith stores every position and packs them
+// in a pass of their own; the rest by the scalar definition.
+template <DType kT, class Pack32>
+HWY_INLINE void QuantizePacked32(const void* x, const Codebook4& cb, const Blockwise4Range& r, const Pack32& pack32,
+                                 uint8_t* packed, float* absmax) {
+  const auto code_at = [&](int64_t i, float amax) {
+    return cb.sorted_to_code[SortedPosition4(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax))];
+  };
+  BlockAbsmaxes<kT> absmaxes(x, r);
+  for (int64_t b = r.block_begin; b < r.block_end; ++b) {
+    const int64_t lo = b * r.blocksize;
+    const int64_t hi = std::min(lo + r.blocksize, r.n);
+    bool in_l1;
+    const float amax = absmaxes.Of(b, in_l1);
+    absmax[b] = amax;
+    const bool prefetch = !in_l1 && b + 1 < r.block_end;
+    int64_t i = lo;
+    if (std::isfinite(amax) && amax != 0.0f) {
+      const VF scale = hn::Set(DF(), amax);  // x / absmax is a true division, as ScaleToUnit's
+      for (; i + 32 <= hi; i += 32) {
+        if (prefetch) PrefetchElements<kT>(x, i + r.blocksize, 32);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + i / 2), pack32(i, scale));
+      }
+    }
+    for (; i + 1 < hi; i += 2) packed[i / 2] = static_cast<uint8_t>((code_at(i, amax) << 4) | code_at(i + 1, amax));
+    if (i < hi) packed[i / 2] = static_cast<uint8_t>(code_at(i, amax) << 4);  // an odd n's last: PadOddEnd4's nibble
+  }
+}
+#endif
+
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-// Blocks [r.block_begin, r.block_end) by Bucket4, packed in registers (where QuantizeWith stores every position and
-// packs them in a pass of their own), 32 elements into 16 bytes of codes, even element high (bitsandbytes' order):
+// Blocks [r.block_begin, r.block_end) by Bucket4, 32 elements into 16 bytes of codes in registers, even element high
+// (bitsandbytes' order):
 // - bfloat16: the two halves of each 32-bit lane are an even and an odd element, whose codes pair up lane by lane
 //   (even << 4 | odd), narrowed by one vpmovdb;
 // - float32 and float16: the two vectors' positions packed to 16 bits (vpackusdw, which interleaves 64-bit pieces of
@@ -355,9 +394,8 @@ void QuantizeByBuckets(const void* x, const Codebook4& cb, const Bucket4<kTwo>& 
   }
   const __m512i code_table = _mm512_load_si512(to_code), code_table16 = _mm512_load_si512(to_code16);
   const __m512i high_half = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
-  const auto positions = [&](__m512 v, __m512 scale) { return search.Position(VF{_mm512_div_ps(v, scale)}).raw; };
-  // The 16 packed bytes of elements i .. i + 31.
-  const auto pack32 = [&](int64_t i, __m512 scale) HWY_ATTR {
+  const auto positions = [&](__m512 v, VF scale) { return search.Position(VF{_mm512_div_ps(v, scale.raw)}).raw; };
+  const auto pack32 = [&](int64_t i, VF scale) HWY_ATTR {
     if constexpr (kT == DType::kBFloat16) {
       const __m512i w = _mm512_loadu_si512(static_cast<const uint16_t*>(x) + i);
       const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
@@ -376,28 +414,41 @@ void QuantizeByBuckets(const void* x, const Codebook4& cb, const Bucket4<kTwo>& 
                               _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
     }
   };
-  const auto code_at = [&](int64_t i, float amax) {
-    return cb.sorted_to_code[SortedPosition4(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax))];
-  };
-  BlockAbsmaxes<kT> absmaxes(x, r);
-  for (int64_t b = r.block_begin; b < r.block_end; ++b) {
-    const int64_t lo = b * r.blocksize;
-    const int64_t hi = std::min(lo + r.blocksize, r.n);
-    bool in_l1;
-    const float amax = absmaxes.Of(b, in_l1);
-    absmax[b] = amax;
-    const bool prefetch = !in_l1 && b + 1 < r.block_end;
-    int64_t i = lo;
-    if (std::isfinite(amax) && amax != 0.0f) {
-      const __m512 scale = _mm512_set1_ps(amax);  // x / absmax is a true division, as ScaleToUnit's
-      for (; i + 32 <= hi; i += 32) {
-        if (prefetch) PrefetchElements<kT>(x, i + r.blocksize, 32);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + i / 2), pack32(i, scale));
-      }
-    }
-    for (; i + 1 < hi; i += 2) packed[i / 2] = static_cast<uint8_t>((code_at(i, amax) << 4) | code_at(i + 1, amax));
-    if (i < hi) packed[i / 2] = static_cast<uint8_t>(code_at(i, amax) << 4);  // an odd n's last: PadOddEnd4's nibble
+  QuantizePacked32<kT>(x, cb, r, pack32, packed, absmax);
+}
+#endif
+
+#if HWY_TARGET == HWY_AVX2
+// Blocks [r.block_begin, r.block_end) by Search4 on AVX2, 32 elements (four vectors) into 16 bytes of codes in
+// registers: positions packed to 16 bits (vpackusdw, which interleaves 64-bit pieces of each pair of vectors), mapped
+// to codes there (a byte shuffle, FP4 only), each adjacent pair summed as 16 * even + odd (vpmaddwd), narrowed, and
+// the pairs' order restored by a qword permute and a byte shuffle. Figures: tools/bench/NOTES.md, '4-bit quantize:
+// codes packed in registers'.
+template <DType kT>
+void QuantizeSearchPacked(const void* x, const Codebook4& cb, const Search4& search, const Blockwise4Range& r,
+                          uint8_t* packed, float* absmax) {
+  bool identity = true;  // NF4: sorted position == code
+  HWY_ALIGN uint8_t to_code[32];
+  for (int k = 0; k < kCodebook4Size; ++k) {
+    to_code[k] = to_code[16 + k] = cb.sorted_to_code[k];
+    identity &= to_code[k] == k;
   }
+  const __m256i code_table = _mm256_load_si256(reinterpret_cast<const __m256i*>(to_code));
+  const auto pack32 = [&](int64_t i, VF scale) HWY_ATTR {
+    const auto words = [&](int64_t j) HWY_ATTR {
+      const __m256i p0 = search.Position(hn::Div(LoadF32<kT>(x, j), scale)).raw;
+      const __m256i p1 = search.Position(hn::Div(LoadF32<kT>(x, j + 8), scale)).raw;
+      const __m256i w = _mm256_packus_epi32(p0, p1);  // per 128-bit lane: 4 of p0's, then 4 of p1's
+      return identity ? w : _mm256_and_si256(_mm256_shuffle_epi8(code_table, w), _mm256_set1_epi16(0xFF));
+    };
+    const __m256i mult = _mm256_set1_epi32(0x00010010);  // 16 * even + odd
+    // Lanes (pairs): 0, 1, 4, 5, 8, 9, 12, 13 | 2, 3, 6, 7, 10, 11, 14, 15.
+    const __m256i w = _mm256_packus_epi32(_mm256_madd_epi16(words(i), mult), _mm256_madd_epi16(words(i + 16), mult));
+    const __m256i b = _mm256_permute4x64_epi64(_mm256_packus_epi16(w, w), 0x08);
+    return _mm_shuffle_epi8(_mm256_castsi256_si128(b),
+                            _mm_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15));
+  };
+  QuantizePacked32<kT>(x, cb, r, pack32, packed, absmax);
 }
 #endif
 
@@ -409,6 +460,10 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
   if (plan.Make(cb)) {
     if (plan.two) return QuantizeByBuckets<kT>(x, cb, Bucket4<true>(plan), r, packed, absmax);
     return QuantizeByBuckets<kT>(x, cb, Bucket4<false>(plan), r, packed, absmax);
+  }
+#elif HWY_TARGET == HWY_AVX2
+  if (kT != DType::kBFloat16 || r.blocksize < kBf16TablesFrom) {  // else QuantizeWith's tables
+    return QuantizeSearchPacked<kT>(x, cb, Search4(cb), r, packed, absmax);
   }
 #endif
   QuantizeWith<kT>(x, cb, Search4(cb), r, packed, absmax);
