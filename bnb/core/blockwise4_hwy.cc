@@ -205,7 +205,6 @@ HWY_INLINE void SixteenBlockAbsmax(const void* x, int64_t lo, int64_t bs, float*
   for (int j = 0; j < 16; ++j) amax[j] = AbsmaxFromBits(kT, static_cast<T>(bits[4 * (j % 4) + j / 4]));
 }
 
-
 // Positions (0..15) as bytes: one vpmovdb, where DemoteTo packs twice and permutes.
 HWY_INLINE void StorePositions(VI p, uint8_t* out) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(p.raw));
@@ -249,6 +248,14 @@ class BlockAbsmaxes {
 #endif
 };
 
+// Whether a sorted position is its own code (NF4), so the kernels skip the mapping.
+inline bool PositionsAreCodes(const Codebook4& cb) {
+  for (int k = 0; k < kCodebook4Size; ++k) {
+    if (cb.sorted_to_code[k] != k) return false;
+  }
+  return true;
+}
+
 HWY_ALIGN constexpr uint8_t kIdentity4[kCodebook4Size] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
 // Sorted positions p[0, len) as codes (through the 16 bytes at to_code, or as they are when it is null) packed two
@@ -278,14 +285,13 @@ HWY_INLINE void PackCodes4(const uint8_t* p, int64_t len, const uint8_t* to_code
 // lanes the tables win at every blocksize (figures: tools/bench/NOTES.md, '4-bit quantize: tables or search').
 constexpr int64_t kBf16TablesFrom = 128;
 
-// Blocks [r.block_begin, r.block_end) with the positions found by `search` (Search4).
-template <DType kT, class Finder>
-void QuantizeWith(const void* x, const Codebook4& cb, const Finder& search, const Blockwise4Range& r,
+// Blocks [r.block_begin, r.block_end) with the positions found by `search`.
+template <DType kT>
+void QuantizeWith(const void* x, const Codebook4& cb, const Search4& search, const Blockwise4Range& r,
                   uint8_t* packed, float* absmax) {
   const DF df;
   const int64_t N = static_cast<int64_t>(kN);
-  bool identity = true;  // NF4: sorted position == code
-  for (int k = 0; k < kCodebook4Size; ++k) identity &= cb.sorted_to_code[k] == k;
+  const bool identity = PositionsAreCodes(cb);
   HWY_ALIGN uint8_t to_code[16];
   std::copy(cb.sorted_to_code.begin(), cb.sorted_to_code.end(), to_code);
   // The sorted positions of a run of consecutive blocks (at most kMaxBlocksize elements), mapped to codes and
@@ -349,7 +355,7 @@ template <DType kT, class Pack32>
 HWY_INLINE void QuantizePacked32(const void* x, const Codebook4& cb, const Blockwise4Range& r, const Pack32& pack32,
                                  uint8_t* packed, float* absmax) {
   const auto code_at = [&](int64_t i, float amax) {
-    return cb.sorted_to_code[SortedPosition4(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax))];
+    return NearestCode4(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax));
   };
   BlockAbsmaxes<kT> absmaxes(x, r);
   for (int64_t b = r.block_begin; b < r.block_end; ++b) {
@@ -385,13 +391,10 @@ HWY_INLINE void QuantizePacked32(const void* x, const Codebook4& cb, const Block
 template <DType kT, bool kTwo>
 void QuantizeByBuckets(const void* x, const Codebook4& cb, const Bucket4<kTwo>& search, const Blockwise4Range& r,
                        uint8_t* packed, float* absmax) {
-  bool identity = true;  // NF4: sorted position == code
+  const bool identity = PositionsAreCodes(cb);
   HWY_ALIGN int32_t to_code[16];
   HWY_ALIGN int16_t to_code16[32] = {};
-  for (int k = 0; k < kCodebook4Size; ++k) {
-    to_code16[k] = static_cast<int16_t>(to_code[k] = cb.sorted_to_code[k]);
-    identity &= to_code[k] == k;
-  }
+  for (int k = 0; k < kCodebook4Size; ++k) to_code16[k] = static_cast<int16_t>(to_code[k] = cb.sorted_to_code[k]);
   const __m512i code_table = _mm512_load_si512(to_code), code_table16 = _mm512_load_si512(to_code16);
   const __m512i high_half = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
   const auto positions = [&](__m512 v, VF scale) { return search.Position(VF{_mm512_div_ps(v, scale.raw)}).raw; };
@@ -427,12 +430,9 @@ void QuantizeByBuckets(const void* x, const Codebook4& cb, const Bucket4<kTwo>& 
 template <DType kT>
 void QuantizeSearchPacked(const void* x, const Codebook4& cb, const Search4& search, const Blockwise4Range& r,
                           uint8_t* packed, float* absmax) {
-  bool identity = true;  // NF4: sorted position == code
-  HWY_ALIGN uint8_t to_code[32];
-  for (int k = 0; k < kCodebook4Size; ++k) {
-    to_code[k] = to_code[16 + k] = cb.sorted_to_code[k];
-    identity &= to_code[k] == k;
-  }
+  const bool identity = PositionsAreCodes(cb);
+  HWY_ALIGN uint8_t to_code[32];  // the map in both 128-bit lanes
+  for (int k = 0; k < kCodebook4Size; ++k) to_code[k] = to_code[16 + k] = cb.sorted_to_code[k];
   const __m256i code_table = _mm256_load_si256(reinterpret_cast<const __m256i*>(to_code));
   const auto pack32 = [&](int64_t i, VF scale) HWY_ATTR {
     const auto words = [&](int64_t j) HWY_ATTR {
