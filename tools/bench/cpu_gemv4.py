@@ -5,8 +5,9 @@ importable: its gemv_4bit on the weight as stored, and its Linear4bit in eval mo
 its CPU layout as transformers' inference gets it), torch's int4 kernel (_weight_int4pack_mm_for_cpu), F.linear on
 the dense weight, and a memory copy as the limit, all in one run, at each thread count.
 
-"% of limit": the weight's bytes (packed codes and absmax statistics) read per second against the copy's bytes
-moved (read plus written) per second, the median over rounds of the ratio within a round. The 4-bit weight is NF4,
+"% of limit": the weight's bytes (packed codes and absmax statistics) read per second against the bytes a memory
+copy moves (read plus written) per second, the median over rounds of the ratio within a round; the copy's buffers
+are 256 MB each (timing.memory_copy), so it runs at memory's speed, as the weights are read. The 4-bit weight is NF4,
 nested absmax (compress_statistics=True), as QLoRA stores it. Run: tools/bench/run_cpu.sh, or
 .venv/bin/python tools/bench/cpu_gemv4.py; bitsandbytes from an unpacked wheel: PYTHONPATH=<dir> (not installed:
 it would shadow nothing of bnb, but pip sees one 'bitsandbytes' only).
@@ -19,7 +20,7 @@ import torch
 
 import bnb
 from bnb import functional as F
-from timing import dtype_name, machine_line, round_seconds, weight_shapes
+from timing import cache_cleaner, dtype_name, machine_line, memory_copy, round_seconds, weight_shapes
 
 # One Llama-3-8B decoder layer's linears, N x K: q, k, v, o, gate, up, down.
 LLAMA3_8B_LAYER = [(4096, 4096), (1024, 4096), (1024, 4096), (4096, 4096), (14336, 4096), (14336, 4096),
@@ -128,7 +129,9 @@ def int4pack_case(W, dtype, blocksize):
 
 
 def shape_rows(shapes, dtype, blocksize, rounds, with_peers):
-    """Times one token through each weight of `shapes` (summed, as a layer's decode step), per implementation."""
+    """Times one token through each weight of `shapes` (summed, as a layer's decode step), per implementation:
+    the weight's bytes, the limit (seconds to read them at the memory copy's speed, its fastest round) and a row
+    (name, best seconds, median % of limit) each."""
     a = {K: torch.randn(1, K).to(dtype) for _, K in shapes}
     Ws = [torch.randn(N, K) * 0.02 for N, K in shapes]
     weight_bytes, ours = 0, []
@@ -151,16 +154,14 @@ def shape_rows(shapes, dtype, blocksize, rounds, with_peers):
         dense = [W.to(dtype) for W in Ws]
         impls.append((f"F.linear {dtype_name(dtype)}",
                       [(W.shape[1], (lambda w: lambda x: torch.nn.functional.linear(x, w))(W)) for W in dense]))
-    src = torch.empty(weight_bytes, dtype=torch.uint8).random_()
-    dst = torch.empty_like(src)
-    fns = [lambda: dst.copy_(src)] + [(lambda fs: lambda: [f(a[K]) for K, f in fs])(fs) for _, fs in impls]
+    copy, moved = memory_copy()  # its 256 MB also push every weight out of the L3 between two calls of it
+    fns = [copy, cache_cleaner()] + [(lambda fs: lambda: [f(a[K]) for K, f in fs])(fs) for _, fs in impls]
     times = round_seconds(fns, rounds)
-    copy = times[0]
     rows = []
-    for (name, _), ts in zip(impls, times[1:]):
-        ratios = sorted((weight_bytes / t) / (2 * weight_bytes / c) for t, c in zip(ts, copy))
+    for (name, _), ts in zip(impls, times[2:]):
+        ratios = sorted((weight_bytes / t) / (moved / c) for t, c in zip(ts, times[0]))
         rows.append((name, min(ts), 100 * ratios[len(ratios) // 2]))
-    return weight_bytes, min(copy), rows
+    return weight_bytes, min(times[0]) * weight_bytes / moved, rows
 
 
 def loop_rows(shapes, dtype, blocksize, rounds, with_peers, loop_bytes):
@@ -168,7 +169,7 @@ def loop_rows(shapes, dtype, blocksize, rounds, with_peers, loop_bytes):
     over copies of the weights that outgrow the L3, as a decode runs (and as tools/bench/ggml_peer.c times ggml):
     no other work between calls. In round_seconds' rotation each call instead follows other implementations, and
     the lines a copy or oneDNN's weight reorder left dirty are written back during its reads (4096x4096 one thread:
-    ~400 us alone, ~600 after a copy). The limit: a copy of the codes' bytes in the same kind of loop."""
+    ~400 us alone, ~600 after a copy). The limit: the codes' bytes at the speed of timing.memory_copy's best call."""
     nbytes = sum(N * K // 2 for N, K in shapes)
     copies = loop_bytes // nbytes + 2
     x = {K: torch.randn(1, K).to(dtype) for _, K in shapes}
@@ -187,10 +188,9 @@ def loop_rows(shapes, dtype, blocksize, rounds, with_peers, loop_bytes):
                 best = min(best, time.perf_counter() - t0)
         return best
 
-    srcs = [torch.empty(nbytes, dtype=torch.uint8).random_() for _ in range(copies)]
-    dst = torch.empty(nbytes, dtype=torch.uint8)
-    limit = best_of([(lambda s: lambda: dst.copy_(s))(s) for s in srcs]) / 2
-    del srcs
+    copy, moved = memory_copy()
+    limit = best_of([copy]) * nbytes / moved
+    del copy
     rows = []
     for name, make, int8 in makes:
         layers = []
@@ -242,7 +242,7 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=15, help="rounds (timing.round_seconds)")
     ap.add_argument("--no-layer", action="store_true", help="leave out the Llama-3-8B layer row")
     ap.add_argument("--no-peers", action="store_true", help="bnb alone (bitsandbytes, torch left out)")
-    ap.add_argument("--batches", default="16,128", help="batch sizes of the batch table (weight: the first shape)")
+    ap.add_argument("--batches", default="16,128", help="batch sizes of the batch table (weight: the first shape; empty: no table)")
     ap.add_argument("--loop", action="store_true",
                     help="one token: each implementation in a loop of its own over weights cycled past the L3 "
                          "(as a decode, and tools/bench/ggml_peer.c), instead of rounds alternating them")
@@ -272,15 +272,15 @@ def main(argv=None):
                         for name, seconds in rows:
                             print(f"{'':<30}{'':<10}{name:<26}{seconds * 1e6:>9.0f}{100 * limit / seconds:>11.0f}%")
                         continue
-                    nbytes, copy_s, rows = shape_rows(case_shapes, dtype, args.blocksize, args.repeat,
+                    nbytes, limit, rows = shape_rows(case_shapes, dtype, args.blocksize, args.repeat,
                                                       not args.no_peers)
                     print(f"{label:<30}{dtype_name(dtype):<10}{'limit (copy, read only)':<26}"
-                          f"{copy_s / 2 * 1e6:>9.0f}{100:>11}%")
+                          f"{limit * 1e6:>9.0f}{100:>11}%")
                     for name, seconds, pct in rows:
                         if name == "bnb gemv_4bit":
                             name = f"bnb ({kernel})"
                         print(f"{'':<30}{'':<10}{name:<26}{seconds * 1e6:>9.0f}{pct:>11.0f}%")
-            if args.loop:
+            if args.loop or not args.batches:
                 print()
                 continue
             N, K = args.shapes[0]

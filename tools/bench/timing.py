@@ -92,6 +92,27 @@ def copy_case(x: torch.Tensor):
     return f"copy {dtype_name(x.dtype)}", lambda: y.copy_(x), 2 * x.numel() * x.element_size()
 
 
+# Bytes of each buffer of memory_copy: well past the L3 of the CPUs this runs on (32 MB per Zen 4 CCD).
+MEMORY_COPY_BYTES = 256 << 20
+
+
+def memory_copy():
+    """A copy between two buffers of MEMORY_COPY_BYTES, as (fn, bytes moved): memory's speed, the limit of a kernel
+    that streams a weight from memory. A copy the size of a small weight is no such limit: its source and
+    destination stay in the L3 from one call to the next (8.7 MB, 4096x4096's NF4 bytes, copied at 150 GB/s on 2
+    threads of a Zen 4 VM where memory copies at 30-43), while the weights it is set beside are read from memory."""
+    src = torch.empty(MEMORY_COPY_BYTES, dtype=torch.uint8).random_()
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src), 2 * MEMORY_COPY_BYTES
+
+
+def cache_cleaner():
+    """A read of MEMORY_COPY_BYTES, to call (untimed, or timed apart) after memory_copy: the copy leaves the caches
+    full of its destination's dirty lines, whose write-backs would slow whatever reads memory next."""
+    buf = torch.ones(MEMORY_COPY_BYTES // 8, dtype=torch.int64)
+    return lambda: buf.sum()
+
+
 def round_seconds(fns, rounds: int):
     """Seconds of each fn in each of `rounds` rounds, a round calling every fn once in turn, after one untimed
     warm-up call each (page faults, thread-pool start). A shared machine's slow spells, which last seconds, then
