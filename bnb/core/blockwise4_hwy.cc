@@ -7,6 +7,7 @@
 // permutes for the quantize's bucket tables, Bucket4).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -348,11 +349,22 @@ void QuantizeWith(const void* x, const Codebook4& cb, const Search4& search, con
 }
 
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
-// Blocks [r.block_begin, r.block_end) with each block's whole runs of 32 elements coded and packed in registers by
-// pack32(i, scale) (the 16 bytes of elements i .. i + 31), where QuantizeWith stores every position and packs them
-// in a pass of their own; the rest by the scalar definition.
+// Elements [lo, end) (whole runs of 32) coded and packed in registers by pack32(i) (the 16 bytes of elements
+// i .. i + 31); `ahead` > 0: also prefetch the elements that many on.
 template <DType kT, class Pack32>
-HWY_INLINE void QuantizePacked32(const void* x, const Codebook4& cb, const Blockwise4Range& r, const Pack32& pack32,
+HWY_INLINE void PackRuns(const void* x, int64_t lo, int64_t end, int64_t ahead, const Pack32& pack32,
+                         uint8_t* packed) {
+  for (int64_t i = lo; i < end; i += 32) {
+    if (ahead > 0) PrefetchElements<kT>(x, i + ahead, 32);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + i / 2), pack32(i));
+  }
+}
+
+// Blocks [r.block_begin, r.block_end) with each block's whole runs of 32 elements coded and packed in registers by
+// runs(lo, end, amax, ahead) (PackRuns' arguments, amax the block's absmax, finite and not 0), where QuantizeWith
+// stores every position and packs them in a pass of their own; the rest by the scalar definition.
+template <DType kT, class Runs>
+HWY_INLINE void QuantizePacked32(const void* x, const Codebook4& cb, const Blockwise4Range& r, const Runs& runs,
                                  uint8_t* packed, float* absmax) {
   const auto code_at = [&](int64_t i, float amax) {
     return NearestCode4(cb, ScaleToUnit(LoadAsFloat(kT, x, i), amax));
@@ -364,22 +376,108 @@ HWY_INLINE void QuantizePacked32(const void* x, const Codebook4& cb, const Block
     bool in_l1;
     const float amax = absmaxes.Of(b, in_l1);
     absmax[b] = amax;
-    const bool prefetch = !in_l1 && b + 1 < r.block_end;
     int64_t i = lo;
     if (std::isfinite(amax) && amax != 0.0f) {
-      const VF scale = hn::Set(DF(), amax);  // x / absmax is a true division, as ScaleToUnit's
-      for (; i + 32 <= hi; i += 32) {
-        if (prefetch) PrefetchElements<kT>(x, i + r.blocksize, 32);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + i / 2), pack32(i, scale));
-      }
+      i = lo + (hi - lo) / 32 * 32;
+      runs(lo, i, amax, !in_l1 && b + 1 < r.block_end ? r.blocksize : 0);
     }
     for (; i + 1 < hi; i += 2) packed[i / 2] = static_cast<uint8_t>((code_at(i, amax) << 4) | code_at(i + 1, amax));
     if (i < hi) packed[i / 2] = static_cast<uint8_t>(code_at(i, amax) << 4);  // an odd n's last: PadOddEnd4's nibble
   }
 }
+
+// QuantizePacked32's runs for pack32(i, scale), scale the absmax in every lane (x / absmax is a true division, as
+// ScaleToUnit's).
+template <DType kT, class Pack32>
+HWY_INLINE auto ScaledRuns(const void* x, const Pack32& pack32, uint8_t* packed) {
+  return [x, &pack32, packed](int64_t lo, int64_t end, float amax, int64_t ahead) HWY_ATTR {
+    const VF scale = hn::Set(DF(), amax);
+    PackRuns<kT>(x, lo, end, ahead, [&](int64_t i) HWY_ATTR { return pack32(i, scale); }, packed);
+  };
+}
 #endif
 
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// bfloat16 blocks by their bits alone, no division. With the block's absmax a (bits A, finite, not 0) and an
+// element's magnitude bits m, let r = max(m - (A - kSpan), 0). While a and x are normal numbers, x / a depends only
+// on their mantissas and the difference of their exponents, so given a's 7 mantissa bits, r and x's sign determine
+// x's code; below the span, |x| <= a / 32 (kSpan is 5 binades), takes the code of 0 (checked). Per mantissa, a table
+// of 64 16-bit entries indexed by r >> kShift (buckets of 32 keys, 21 of them) plus 32 for a negative x: bits 0-3
+// the bucket's code up to its split, 4-7 the code above it, 11-15 the last offset r & 31 that takes the first (31:
+// the bucket holds no split). Built by the scalar definition (its splits found by bisection); a codebook whose
+// buckets would hold two splits, or whose code at r = 0 is not that of 0, gets none (FP4: its lowest split, 0.0026,
+// lies below the span). Figures: tools/bench/NOTES.md, '4-bit quantize: bfloat16 by its bits'.
+struct Bf16KeyPlan {
+  static constexpr int kShift = 5, kSpan = 640;
+  // From this absmax on, every element above the span is a normal number (the smallest normal's bits are 128).
+  static constexpr int kMinAbsmaxBits = 128 + kSpan;
+  static constexpr int kMantissas = 128;
+  HWY_ALIGN uint16_t entries[kMantissas][64];
+
+  bool Make(const Codebook4& cb) {
+    const auto as_float = [](uint16_t bits) { return LoadAsFloat(DType::kBFloat16, &bits, 0); };
+    for (int ma = 0; ma < kMantissas; ++ma) {
+      const int bits_a = 0x3F80 | ma;  // exponent 0: any other exponent of a normal a gives the same codes
+      const float a = as_float(static_cast<uint16_t>(bits_a));
+      for (int sign = 0; sign < 2; ++sign) {
+        // Sorted positions are monotonic in r (in x), so a bucket whose ends are one apart holds one split, found
+        // by bisection.
+        const auto pos = [&](int r) {
+          const float x = as_float(static_cast<uint16_t>((bits_a - kSpan + r) | (sign << 15)));
+          return SortedPosition4(cb, ScaleToUnit(x, a));
+        };
+        if (pos(0) != SortedPosition4(cb, ScaleToUnit(sign ? -0.0f : 0.0f, a))) return false;
+        for (int b = 0; b < 32; ++b) {
+          const int lo = b << kShift, hi = std::min(lo + (1 << kShift) - 1, kSpan);
+          int low = 0, high = 0, last = 31;
+          if (lo <= kSpan) {
+            low = pos(lo), high = pos(hi);
+            if (std::abs(high - low) > 1) return false;  // two splits in the bucket
+            if (high != low) {
+              int below = lo, above = hi;  // pos(below) == low, pos(above) == high
+              while (above - below > 1) {
+                const int mid = (below + above) / 2;
+                (pos(mid) == low ? below : above) = mid;
+              }
+              last = below - lo;
+            }
+            low = cb.sorted_to_code[low], high = cb.sorted_to_code[high];
+          }
+          entries[ma][32 * sign + b] = static_cast<uint16_t>(last << 11 | high << 4 | low);
+        }
+      }
+    }
+    return true;
+  }
+};
+
+// The plan of q's codebook, made at first use; null where it has none.
+inline const Bf16KeyPlan* Bf16KeyPlanFor(Quant4 q) {
+  static const Bf16KeyPlan* const plans[2] = {
+      [] { auto* p = new Bf16KeyPlan; return p->Make(GetCodebook4(Quant4::kNF4)) ? p : (delete p, nullptr); }(),
+      [] { auto* p = new Bf16KeyPlan; return p->Make(GetCodebook4(Quant4::kFP4)) ? p : (delete p, nullptr); }()};
+  return plans[q == Quant4::kNF4 ? 0 : 1];
+}
+
+// 32 bfloat16 elements at x into 16 bytes of codes, even element high, by the table of their block (e0: entries
+// 0-31, e1: 32-63) and base = its A - kSpan in every 16-bit lane: in 16-bit lanes r (a saturating subtraction),
+// the entry (one two-register permute, the sign as index bit 5), r's offset in the bucket against the entry's
+// (both in bits 11-15), the code shifted in where above; then each 32-bit lane's even and odd code into one byte.
+HWY_INLINE __m128i PackBf16ByKeys(const uint16_t* x, __m512i e0, __m512i e1, __m512i base) {
+  const __m512i w = _mm512_loadu_si512(x);
+  const __m512i r = _mm512_subs_epu16(_mm512_and_si512(w, _mm512_set1_epi16(0x7FFF)), base);
+  // bucket | (sign bit of w, moved to bit 5): ternary logic A | (B & C)
+  const __m512i idx = _mm512_ternarylogic_epi32(_mm512_srli_epi16(r, Bf16KeyPlan::kShift), _mm512_srli_epi16(w, 10),
+                                                _mm512_set1_epi16(0x20), 0xF8);
+  const __m512i entry = _mm512_permutex2var_epi16(e0, idx, e1);
+  const __mmask32 above = _mm512_cmpgt_epu16_mask(_mm512_slli_epi16(r, 11), entry);
+  const __m512i code = _mm512_mask_srli_epi16(entry, above, entry, 4);  // the low nibble; above it, bits to drop
+  // Per 32-bit lane: (even code << 4) from the first, the odd code from the second (select by C: (A & C) | (B & ~C)).
+  const __m512i pairs = _mm512_ternarylogic_epi32(_mm512_slli_epi32(code, 4), _mm512_srli_epi32(code, 16),
+                                                  _mm512_set1_epi32(0xF0), 0xE4);
+  return _mm512_cvtepi32_epi8(pairs);
+}
+
 // Blocks [r.block_begin, r.block_end) by Bucket4, 32 elements into 16 bytes of codes in registers, even element high
 // (bitsandbytes' order):
 // - bfloat16: the two halves of each 32-bit lane are an even and an odd element, whose codes pair up lane by lane
@@ -388,9 +486,10 @@ HWY_INLINE void QuantizePacked32(const void* x, const Codebook4& cb, const Block
 //   the two), mapped to codes there (one vpermw, FP4 only), each adjacent pair summed as 16 * even + odd (vpmaddwd),
 //   narrowed, and the pairs' order restored by one byte shuffle.
 // Figures: tools/bench/NOTES.md, '4-bit quantize: codes packed in registers'.
+// bfloat16 blocks take keys (PackBf16ByKeys) instead where `keys` is given and their absmax is large enough.
 template <DType kT, bool kTwo>
-void QuantizeByBuckets(const void* x, const Codebook4& cb, const Bucket4<kTwo>& search, const Blockwise4Range& r,
-                       uint8_t* packed, float* absmax) {
+void QuantizeByBuckets(const void* x, const Codebook4& cb, const Bucket4<kTwo>& search, const Bf16KeyPlan* keys,
+                       const Blockwise4Range& r, uint8_t* packed, float* absmax) {
   const bool identity = PositionsAreCodes(cb);
   HWY_ALIGN int32_t to_code[16];
   HWY_ALIGN int16_t to_code16[32] = {};
@@ -417,7 +516,25 @@ void QuantizeByBuckets(const void* x, const Codebook4& cb, const Bucket4<kTwo>& 
                               _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
     }
   };
-  QuantizePacked32<kT>(x, cb, r, pack32, packed, absmax);
+  const auto scaled_runs = ScaledRuns<kT>(x, pack32, packed);
+  if constexpr (kT == DType::kBFloat16) {
+    if (keys != nullptr) {
+      const auto* x16 = static_cast<const uint16_t*>(x);
+      const auto runs = [&](int64_t lo, int64_t end, float amax, int64_t ahead) HWY_ATTR {
+        uint32_t amax_bits;
+        std::memcpy(&amax_bits, &amax, 4);
+        const int bits = static_cast<int>(amax_bits >> 16);  // amax: a bfloat16 value widened
+        if (bits < Bf16KeyPlan::kMinAbsmaxBits) return scaled_runs(lo, end, amax, ahead);
+        const uint16_t* entries = keys->entries[bits & (Bf16KeyPlan::kMantissas - 1)];
+        const __m512i e0 = _mm512_load_si512(entries), e1 = _mm512_load_si512(entries + 32);
+        const __m512i base = _mm512_set1_epi16(static_cast<int16_t>(bits - Bf16KeyPlan::kSpan));
+        PackRuns<kT>(x, lo, end, ahead, [&](int64_t i) HWY_ATTR { return PackBf16ByKeys(x16 + i, e0, e1, base); },
+                     packed);
+      };
+      return QuantizePacked32<kT>(x, cb, r, runs, packed, absmax);
+    }
+  }
+  QuantizePacked32<kT>(x, cb, r, scaled_runs, packed, absmax);
 }
 #endif
 
@@ -448,7 +565,7 @@ void QuantizeSearchPacked(const void* x, const Codebook4& cb, const Search4& sea
     return _mm_shuffle_epi8(_mm256_castsi256_si128(b),
                             _mm_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15));
   };
-  QuantizePacked32<kT>(x, cb, r, pack32, packed, absmax);
+  QuantizePacked32<kT>(x, cb, r, ScaledRuns<kT>(x, pack32, packed), packed, absmax);
 }
 #endif
 
@@ -458,8 +575,9 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   Bucket4Plan plan;
   if (plan.Make(cb)) {
-    if (plan.two) return QuantizeByBuckets<kT>(x, cb, Bucket4<true>(plan), r, packed, absmax);
-    return QuantizeByBuckets<kT>(x, cb, Bucket4<false>(plan), r, packed, absmax);
+    const Bf16KeyPlan* keys = kT == DType::kBFloat16 ? Bf16KeyPlanFor(q) : nullptr;
+    if (plan.two) return QuantizeByBuckets<kT>(x, cb, Bucket4<true>(plan), keys, r, packed, absmax);
+    return QuantizeByBuckets<kT>(x, cb, Bucket4<false>(plan), keys, r, packed, absmax);
   }
 #elif HWY_TARGET == HWY_AVX2
   if (kT != DType::kBFloat16 || r.blocksize < kBf16TablesFrom) {  // else QuantizeWith's tables
