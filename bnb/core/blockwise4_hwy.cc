@@ -126,6 +126,20 @@ struct Bucket4Plan {
   }
 };
 
+// A plan (Bucket4Plan, Bf16KeyPlan) for q's codebook, made at its first use (not per call: small tensors are many
+// calls); null where the codebook has none.
+template <class Plan>
+const Plan* PlanFor(Quant4 q) {
+  const auto made = [](Quant4 of) -> const Plan* {
+    auto* plan = new Plan;  // kept for the process
+    if (plan->Make(GetCodebook4(of))) return plan;
+    delete plan;
+    return nullptr;
+  };
+  static const Plan* const plans[2] = {made(Quant4::kNF4), made(Quant4::kFP4)};
+  return plans[q == Quant4::kNF4 ? 0 : 1];
+}
+
 template <bool kTwo>  // some bucket holds two midpoints
 struct Bucket4 {
   __m512i base_lo, base_hi;
@@ -451,14 +465,6 @@ struct Bf16KeyPlan {
   }
 };
 
-// The plan of q's codebook, made at first use; null where it has none.
-inline const Bf16KeyPlan* Bf16KeyPlanFor(Quant4 q) {
-  static const Bf16KeyPlan* const plans[2] = {
-      [] { auto* p = new Bf16KeyPlan; return p->Make(GetCodebook4(Quant4::kNF4)) ? p : (delete p, nullptr); }(),
-      [] { auto* p = new Bf16KeyPlan; return p->Make(GetCodebook4(Quant4::kFP4)) ? p : (delete p, nullptr); }()};
-  return plans[q == Quant4::kNF4 ? 0 : 1];
-}
-
 // 32 bfloat16 elements at x into 16 bytes of codes, even element high, by the table of their block (e0: entries
 // 0-31, e1: 32-63) and base = its A - kSpan in every 16-bit lane: in 16-bit lanes r (a saturating subtraction),
 // the entry (one two-register permute, the sign as index bit 5), r's offset in the bucket against the entry's
@@ -573,11 +579,10 @@ template <DType kT>
 void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packed, float* absmax) {
   const Codebook4& cb = GetCodebook4(q);
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  Bucket4Plan plan;
-  if (plan.Make(cb)) {
-    const Bf16KeyPlan* keys = kT == DType::kBFloat16 ? Bf16KeyPlanFor(q) : nullptr;
-    if (plan.two) return QuantizeByBuckets<kT>(x, cb, Bucket4<true>(plan), keys, r, packed, absmax);
-    return QuantizeByBuckets<kT>(x, cb, Bucket4<false>(plan), keys, r, packed, absmax);
+  if (const Bucket4Plan* plan = PlanFor<Bucket4Plan>(q)) {
+    const Bf16KeyPlan* keys = kT == DType::kBFloat16 ? PlanFor<Bf16KeyPlan>(q) : nullptr;
+    if (plan->two) return QuantizeByBuckets<kT>(x, cb, Bucket4<true>(*plan), keys, r, packed, absmax);
+    return QuantizeByBuckets<kT>(x, cb, Bucket4<false>(*plan), keys, r, packed, absmax);
   }
 #elif HWY_TARGET == HWY_AVX2
   if (kT != DType::kBFloat16 || r.blocksize < kBf16TablesFrom) {  // else QuantizeWith's tables
