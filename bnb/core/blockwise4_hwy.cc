@@ -6,9 +6,11 @@
 // per lane with in-register permutes (Highway's TableLookupLanes / TableLookupBytes; AVX-512's two-register
 // permutes for the quantize's bucket tables, Bucket4).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <type_traits>
 
 #include "bnb/core/blockwise4.h"
@@ -126,7 +128,7 @@ struct Bucket4Plan {
   }
 };
 
-// A plan (Bucket4Plan, Bf16KeyPlan) for q's codebook, made at its first use (not per call: small tensors are many
+// A plan (Bucket4Plan, KeyPlan) for q's codebook, made at its first use (not per call: small tensors are many
 // calls); null where the codebook has none.
 template <class Plan>
 const Plan* PlanFor(Quant4 q) {
@@ -412,71 +414,133 @@ HWY_INLINE auto ScaledRuns(const void* x, const Pack32& pack32, uint8_t* packed)
 #endif
 
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-// bfloat16 blocks by their bits alone, no division. With the block's absmax a (bits A, finite, not 0) and an
-// element's magnitude bits m, let r = max(m - (A - kSpan), 0). While a and x are normal numbers, x / a depends only
-// on their mantissas and the difference of their exponents, so given a's 7 mantissa bits, r and x's sign determine
-// x's code; below the span, |x| <= a / 32 (kSpan is 5 binades), takes the code of 0 (checked). Per mantissa, a table
-// of 64 16-bit entries indexed by r >> kShift (buckets of 32 keys, 21 of them) plus 32 for a negative x: bits 0-3
-// the bucket's code up to its split, 4-7 the code above it, 11-15 the last offset r & 31 that takes the first (31:
-// the bucket holds no split). Built by the scalar definition (its splits found by bisection); a codebook whose
-// buckets would hold two splits, or whose code at r = 0 is not that of 0, gets none (FP4: its lowest split, 0.0026,
-// lies below the span). Figures: tools/bench/NOTES.md, '4-bit quantize: bfloat16 by its bits'.
-struct Bf16KeyPlan {
-  static constexpr int kShift = 5, kSpan = 640;
-  // From this absmax on, every element above the span is a normal number (the smallest normal's bits are 128).
-  static constexpr int kMinAbsmaxBits = 128 + kSpan;
-  static constexpr int kMantissas = 128;
-  HWY_ALIGN uint16_t entries[kMantissas][64];
+// 16-bit blocks (bfloat16, float16) by their bits alone, no division. With the block's absmax a (bits A, finite, not
+// 0) and an element's magnitude bits m, let r = max(m - (A - kSpan), 0). While a and x are normal numbers, x / a
+// depends only on their mantissas and the difference of their exponents, so given a's mantissa, r and x's sign
+// determine x's code; below the span, |x| <= a / 32 (kSpan is 5 binades), takes the code of 0 (checked). Per
+// mantissa, a table of 64 16-bit entries indexed by r >> kShift (buckets of a quarter binade, 21 of them) plus 32 for
+// a negative x: bits 0-3 the bucket's code up to its split, 4-7 the code above it, the top kShift bits the last
+// offset in the bucket that takes the first (all ones: the bucket holds no split). Built by the scalar definition
+// (its splits found by bisection); a codebook whose buckets would hold two splits, or whose code at r = 0 is not that
+// of 0, gets none (FP4: its lowest split, 0.0026, lies below the span; NF4's splits are 0.36 binades apart or more).
+// Figures: tools/bench/NOTES.md, '4-bit quantize: bfloat16 by its bits'.
+template <DType kT>
+class KeyPlan {
+ public:
+  static_assert(kT == DType::kBFloat16 || kT == DType::kFloat16);
+  static constexpr int kMantissaBits = kT == DType::kBFloat16 ? 7 : 10;
+  static constexpr int kMantissas = 1 << kMantissaBits;
+  static constexpr int kShift = kMantissaBits - 2, kSpan = 5 << kMantissaBits;
+  // From this absmax on, every element above the span is a normal number (the smallest normal's bits are
+  // 1 << kMantissaBits).
+  static constexpr int kMinAbsmaxBits = (1 << kMantissaBits) + kSpan;
 
+  // For PlanFor: false where the codebook's buckets do not serve absmax mantissa 0 (FP4's serve none).
   bool Make(const Codebook4& cb) {
-    const auto as_float = [](uint16_t bits) { return LoadAsFloat(DType::kBFloat16, &bits, 0); };
-    for (int ma = 0; ma < kMantissas; ++ma) {
-      const int bits_a = 0x3F80 | ma;  // exponent 0: any other exponent of a normal a gives the same codes
-      const float a = as_float(static_cast<uint16_t>(bits_a));
-      for (int sign = 0; sign < 2; ++sign) {
-        // Sorted positions are monotonic in r (in x), so a bucket whose ends are one apart holds one split, found
-        // by bisection.
-        const auto pos = [&](int r) {
-          const float x = as_float(static_cast<uint16_t>((bits_a - kSpan + r) | (sign << 15)));
-          return SortedPosition4(cb, ScaleToUnit(x, a));
-        };
-        if (pos(0) != SortedPosition4(cb, ScaleToUnit(sign ? -0.0f : 0.0f, a))) return false;
-        for (int b = 0; b < 32; ++b) {
-          const int lo = b << kShift, hi = std::min(lo + (1 << kShift) - 1, kSpan);
-          int low = 0, high = 0, last = 31;
-          if (lo <= kSpan) {
-            low = pos(lo), high = pos(hi);
-            if (std::abs(high - low) > 1) return false;  // two splits in the bucket
-            if (high != low) {
-              int below = lo, above = hi;  // pos(below) == low, pos(above) == high
-              while (above - below > 1) {
-                const int mid = (below + above) / 2;
-                (pos(mid) == low ? below : above) = mid;
-              }
-              last = below - lo;
+    cb_ = &cb;
+    for (auto& table : tables_) table.store(Unmade(), std::memory_order_relaxed);
+    return Table(0) != nullptr;
+  }
+
+  // The table of absmax bits `bits` (of its mantissa), made at its first use (the first call of a process needs
+  // only the mantissas its blocks have: 1024 tables for float16 take milliseconds); null where the buckets do not
+  // serve that mantissa. Thread-safe.
+  const uint16_t* Table(int bits) const {
+    const int ma = bits & (kMantissas - 1);
+    const uint16_t* table = tables_[ma].load(std::memory_order_acquire);
+    if (HWY_UNLIKELY(table == Unmade())) table = Made(ma);
+    return table;
+  }
+
+ private:
+  static constexpr int kOne = kT == DType::kBFloat16 ? 0x3F80 : 0x3C00;  // the bits of 1.0
+
+  // tables_[ma] before Made(ma): the address of the first entry past every table, never a table's.
+  const uint16_t* Unmade() const { return entries_[kMantissas - 1] + 64; }
+
+  HWY_NOINLINE const uint16_t* Made(int ma) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint16_t* table = tables_[ma].load(std::memory_order_relaxed);
+    if (table == Unmade()) {
+      table = Fill(ma) ? entries_[ma] : nullptr;
+      tables_[ma].store(table, std::memory_order_release);
+    }
+    return table;
+  }
+
+  bool Fill(int ma) const {
+    const auto as_float = [](uint16_t bits) { return LoadAsFloat(kT, &bits, 0); };
+    constexpr int kNone = (1 << kShift) - 1;
+    const Codebook4& cb = *cb_;
+    const int bits_a = kOne | ma;  // exponent 0: any other exponent of a normal a gives the same codes
+    const float a = as_float(static_cast<uint16_t>(bits_a));
+    for (int sign = 0; sign < 2; ++sign) {
+      // Sorted positions are monotonic in r (in x), so a bucket whose ends are one apart holds one split, found by
+      // bisection.
+      const auto pos = [&](int r) {
+        const float x = as_float(static_cast<uint16_t>((bits_a - kSpan + r) | (sign << 15)));
+        return SortedPosition4(cb, ScaleToUnit(x, a));
+      };
+      if (pos(0) != SortedPosition4(cb, ScaleToUnit(sign ? -0.0f : 0.0f, a))) return false;
+      for (int b = 0; b < 32; ++b) {
+        const int lo = b << kShift, hi = std::min(lo + kNone, kSpan);
+        int low = 0, high = 0, last = kNone;
+        if (lo <= kSpan) {
+          low = pos(lo), high = pos(hi);
+          if (std::abs(high - low) > 1) return false;  // two splits in the bucket
+          if (high != low) {
+            int below = lo, above = hi;  // pos(below) == low, pos(above) == high
+            while (above - below > 1) {
+              const int mid = (below + above) / 2;
+              (pos(mid) == low ? below : above) = mid;
             }
-            low = cb.sorted_to_code[low], high = cb.sorted_to_code[high];
+            last = below - lo;
           }
-          entries[ma][32 * sign + b] = static_cast<uint16_t>(last << 11 | high << 4 | low);
+          low = cb.sorted_to_code[low], high = cb.sorted_to_code[high];
         }
+        entries_[ma][32 * sign + b] = static_cast<uint16_t>(last << (16 - kShift) | high << 4 | low);
       }
     }
     return true;
   }
+
+  const Codebook4* cb_ = nullptr;
+  mutable std::mutex mu_;
+  HWY_ALIGN mutable uint16_t entries_[kMantissas][64];
+  // Each mantissa's table: Unmade(), entries_[ma] once made, or null where its buckets do not serve.
+  mutable std::atomic<const uint16_t*> tables_[kMantissas];
 };
 
-// 32 bfloat16 elements at x into 16 bytes of codes, even element high, by the table of their block (e0: entries
-// 0-31, e1: 32-63) and base = its A - kSpan in every 16-bit lane: in 16-bit lanes r (a saturating subtraction),
-// the entry (one two-register permute, the sign as index bit 5), r's offset in the bucket against the entry's
-// (both in bits 11-15), the code shifted in where above; then each 32-bit lane's even and odd code into one byte.
-HWY_INLINE __m128i PackBf16ByKeys(const uint16_t* x, __m512i e0, __m512i e1, __m512i base) {
+// float16 blocks take keys from this size on: 1024 tables (128 KB) do not stay in the caches beside input streamed
+// from memory, and smaller blocks pay more for their table's miss than the keys save (figures: tools/bench/NOTES.md,
+// '4-bit quantize: bfloat16 by its bits'). bfloat16's 128 tables (16 KB) stay.
+constexpr int64_t kFloat16KeysFrom = 512;
+
+// The bits of a block's absmax: a value of kT (bfloat16 or float16) widened to float32.
+template <DType kT>
+HWY_INLINE int AbsmaxBits(float amax) {
+  if constexpr (kT == DType::kBFloat16) {
+    uint32_t bits;
+    std::memcpy(&bits, &amax, 4);
+    return static_cast<int>(bits >> 16);
+  } else {
+    return _cvtss_sh(amax, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);  // exact
+  }
+}
+
+// 32 16-bit elements at x into 16 bytes of codes, even element high, by the table of their block (e0: entries 0-31,
+// e1: 32-63) and base = its A - kSpan in every 16-bit lane: in 16-bit lanes r (a saturating subtraction), the entry
+// (one two-register permute, the sign as index bit 5), r's offset in the bucket against the entry's (both in the top
+// kShift bits), the code shifted in where above; then each 32-bit lane's even and odd code into one byte.
+template <int kShift>
+HWY_INLINE __m128i PackByKeys(const uint16_t* x, __m512i e0, __m512i e1, __m512i base) {
   const __m512i w = _mm512_loadu_si512(x);
   const __m512i r = _mm512_subs_epu16(_mm512_and_si512(w, _mm512_set1_epi16(0x7FFF)), base);
   // bucket | (sign bit of w, moved to bit 5): ternary logic A | (B & C)
-  const __m512i idx = _mm512_ternarylogic_epi32(_mm512_srli_epi16(r, Bf16KeyPlan::kShift), _mm512_srli_epi16(w, 10),
+  const __m512i idx = _mm512_ternarylogic_epi32(_mm512_srli_epi16(r, kShift), _mm512_srli_epi16(w, 10),
                                                 _mm512_set1_epi16(0x20), 0xF8);
   const __m512i entry = _mm512_permutex2var_epi16(e0, idx, e1);
-  const __mmask32 above = _mm512_cmpgt_epu16_mask(_mm512_slli_epi16(r, 11), entry);
+  const __mmask32 above = _mm512_cmpgt_epu16_mask(_mm512_slli_epi16(r, 16 - kShift), entry);
   const __m512i code = _mm512_mask_srli_epi16(entry, above, entry, 4);  // the low nibble; above it, bits to drop
   // Per 32-bit lane: (even code << 4) from the first, the odd code from the second (select by C: (A & C) | (B & ~C)).
   const __m512i pairs = _mm512_ternarylogic_epi32(_mm512_slli_epi32(code, 4), _mm512_srli_epi32(code, 16),
@@ -492,9 +556,9 @@ HWY_INLINE __m128i PackBf16ByKeys(const uint16_t* x, __m512i e0, __m512i e1, __m
 //   the two), mapped to codes there (one vpermw, FP4 only), each adjacent pair summed as 16 * even + odd (vpmaddwd),
 //   narrowed, and the pairs' order restored by one byte shuffle.
 // Figures: tools/bench/NOTES.md, '4-bit quantize: codes packed in registers'.
-// bfloat16 blocks take keys (PackBf16ByKeys) instead where `keys` is given and their absmax is large enough.
-template <DType kT, bool kTwo>
-void QuantizeByBuckets(const void* x, const Codebook4& cb, const Bucket4<kTwo>& search, const Bf16KeyPlan* keys,
+// 16-bit blocks take keys (PackByKeys) instead where `keys` is given and their absmax is large enough.
+template <DType kT, bool kTwo, class Keys>
+void QuantizeByBuckets(const void* x, const Codebook4& cb, const Bucket4<kTwo>& search, const Keys* keys,
                        const Blockwise4Range& r, uint8_t* packed, float* absmax) {
   const bool identity = PositionsAreCodes(cb);
   HWY_ALIGN int32_t to_code[16];
@@ -523,19 +587,17 @@ void QuantizeByBuckets(const void* x, const Codebook4& cb, const Bucket4<kTwo>& 
     }
   };
   const auto scaled_runs = ScaledRuns<kT>(x, pack32, packed);
-  if constexpr (kT == DType::kBFloat16) {
+  if constexpr (kT == DType::kBFloat16 || kT == DType::kFloat16) {
     if (keys != nullptr) {
       const auto* x16 = static_cast<const uint16_t*>(x);
       const auto runs = [&](int64_t lo, int64_t end, float amax, int64_t ahead) HWY_ATTR {
-        uint32_t amax_bits;
-        std::memcpy(&amax_bits, &amax, 4);
-        const int bits = static_cast<int>(amax_bits >> 16);  // amax: a bfloat16 value widened
-        if (bits < Bf16KeyPlan::kMinAbsmaxBits) return scaled_runs(lo, end, amax, ahead);
-        const uint16_t* entries = keys->entries[bits & (Bf16KeyPlan::kMantissas - 1)];
+        const int bits = AbsmaxBits<kT>(amax);
+        const uint16_t* entries = bits >= Keys::kMinAbsmaxBits ? keys->Table(bits) : nullptr;
+        if (entries == nullptr) return scaled_runs(lo, end, amax, ahead);
         const __m512i e0 = _mm512_load_si512(entries), e1 = _mm512_load_si512(entries + 32);
-        const __m512i base = _mm512_set1_epi16(static_cast<int16_t>(bits - Bf16KeyPlan::kSpan));
-        PackRuns<kT>(x, lo, end, ahead, [&](int64_t i) HWY_ATTR { return PackBf16ByKeys(x16 + i, e0, e1, base); },
-                     packed);
+        const __m512i base = _mm512_set1_epi16(static_cast<int16_t>(bits - Keys::kSpan));
+        PackRuns<kT>(x, lo, end, ahead,
+                     [&](int64_t i) HWY_ATTR { return PackByKeys<Keys::kShift>(x16 + i, e0, e1, base); }, packed);
       };
       return QuantizePacked32<kT>(x, cb, r, runs, packed, absmax);
     }
@@ -580,9 +642,17 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
   const Codebook4& cb = GetCodebook4(q);
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   if (const Bucket4Plan* plan = PlanFor<Bucket4Plan>(q)) {
-    const Bf16KeyPlan* keys = kT == DType::kBFloat16 ? PlanFor<Bf16KeyPlan>(q) : nullptr;
-    if (plan->two) return QuantizeByBuckets<kT>(x, cb, Bucket4<true>(*plan), keys, r, packed, absmax);
-    return QuantizeByBuckets<kT>(x, cb, Bucket4<false>(*plan), keys, r, packed, absmax);
+    const auto by_buckets = [&](const auto* keys) {
+      if (plan->two) return QuantizeByBuckets<kT>(x, cb, Bucket4<true>(*plan), keys, r, packed, absmax);
+      return QuantizeByBuckets<kT>(x, cb, Bucket4<false>(*plan), keys, r, packed, absmax);
+    };
+    if constexpr (kT == DType::kBFloat16) {
+      return by_buckets(PlanFor<KeyPlan<kT>>(q));
+    } else if constexpr (kT == DType::kFloat16) {
+      return by_buckets(r.blocksize >= kFloat16KeysFrom ? PlanFor<KeyPlan<kT>>(q) : nullptr);
+    } else {
+      return by_buckets(static_cast<const std::nullptr_t*>(nullptr));
+    }
   }
 #elif HWY_TARGET == HWY_AVX2
   if (kT != DType::kBFloat16 || r.blocksize < kBf16TablesFrom) {  // else QuantizeWith's tables

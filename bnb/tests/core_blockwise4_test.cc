@@ -293,20 +293,31 @@ TEST_P(EveryIsa, EveryBfloat16EqualsScalar) {
   }
 }
 
-// The AVX-512 bfloat16 kernel codes by the bits of x and of the absmax (Bf16KeyPlan in blockwise4_hwy.cc): one
-// table per absmax mantissa, applied from absmax bits 768 on (0x0300, 2^-121). Every mantissa at two exponents, and
-// absmaxes about that bound and the largest finite: every magnitude from 700 keys below the absmax (past the
-// tables' 640) up to it, both signs, at blocksizes 64 and 4096.
-TEST_P(EveryIsa, EveryBfloat16AbsmaxMantissaEqualsScalar) {
-  std::vector<uint16_t> amaxes = {0x02FF, 0x0300, 0x0301, 0x037F, 0x0380, 0x7F7F, 0x7F00};
-  for (int m = 0; m < 128; ++m) {
-    for (int e : {127, 140}) amaxes.push_back(static_cast<uint16_t>(e << 7 | m));
+// The AVX-512 kernel codes bfloat16 and float16 blocks by the bits of x and of the absmax (KeyPlan in
+// blockwise4_hwy.cc): one table per absmax mantissa, applied from absmax bits 768 on for bfloat16 (0x0300, 2^-121),
+// 6144 for float16 (0x1800, 2^-9), 5 binades of magnitudes below the absmax. Every mantissa (at one exponent; a
+// sample at another), absmaxes about that bound and the largest finite: every magnitude from past those 5 binades up
+// to the absmax, both signs, at blocksizes 64, 512 (float16 takes keys from there on) and 4096.
+TEST_P(EveryIsa, Every16BitAbsmaxMantissaEqualsScalar) {
+  struct Case {
+    DType dtype;
+    int mantissa_bits;
+    std::vector<uint16_t> amaxes;
+  };
+  std::vector<Case> cases = {{DType::kBFloat16, 7, {0x02FF, 0x0300, 0x0301, 0x037F, 0x0380, 0x7F7F, 0x7F00}},
+                             {DType::kFloat16, 10, {0x17FF, 0x1800, 0x1801, 0x1BFF, 0x1C00, 0x7BFF, 0x7800}}};
+  for (Case& c : cases) {
+    const int one = c.dtype == DType::kBFloat16 ? 0x3F80 : 0x3C00;
+    for (int m = 0; m < (1 << c.mantissa_bits); ++m) c.amaxes.push_back(static_cast<uint16_t>(one | m));
+    for (int m : {0, 1, 100, (1 << c.mantissa_bits) - 1}) c.amaxes.push_back(static_cast<uint16_t>(one + 0x1000 + m));
   }
+  for (const Case& c : cases)
   for (Quant4 q : kQuants)
-  for (const int64_t bs : {int64_t{64}, int64_t{4096}}) {
+  for (const int64_t bs : {int64_t{64}, int64_t{512}, int64_t{4096}}) {
+    const int below = (5 << c.mantissa_bits) + 60;  // past the span
     std::vector<uint16_t> x;
-    for (const uint16_t a : amaxes) {
-      for (int h = std::max(0, a - 700); h <= a; ++h) {
+    for (const uint16_t a : c.amaxes) {
+      for (int h = std::max(0, a - below); h <= a; ++h) {
         for (const int sign : {0, 0x8000}) {
           if (static_cast<int64_t>(x.size()) % bs == 0) x.push_back(a);
           x.push_back(static_cast<uint16_t>(h | sign));
@@ -314,13 +325,13 @@ TEST_P(EveryIsa, EveryBfloat16AbsmaxMantissaEqualsScalar) {
       }
       while (static_cast<int64_t>(x.size()) % bs != 0) x.push_back(0x8000 | a);  // the block ends with its absmax
     }
-    SCOPED_TRACE(testing::Message() << Quant4Name(q) << " blocksize " << bs);
+    SCOPED_TRACE(testing::Message() << DTypeName(c.dtype) << " " << Quant4Name(q) << " blocksize " << bs);
     const int64_t n = static_cast<int64_t>(x.size());
     const Blockwise4Range r{n, bs, 0, NumBlocks(n, bs)};
     std::vector<uint8_t> packed(PackedSize4(n), 0xAA), packed_ref(PackedSize4(n), 0x55);
     std::vector<float> absmax(r.block_end), absmax_ref(r.block_end);
-    QuantizeBlockwise4(DType::kBFloat16, x.data(), q, r, packed.data(), absmax.data());
-    QuantizeBlockwise4Scalar(DType::kBFloat16, x.data(), q, r, packed_ref.data(), absmax_ref.data());
+    QuantizeBlockwise4(c.dtype, x.data(), q, r, packed.data(), absmax.data());
+    QuantizeBlockwise4Scalar(c.dtype, x.data(), q, r, packed_ref.data(), absmax_ref.data());
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(PackedCode4(packed.data(), i), PackedCode4(packed_ref.data(), i))
           << "x bits " << std::hex << x[i] << " absmax bits " << x[i / bs * bs];

@@ -31,7 +31,7 @@ def main(argv=None):
     print(f"{machine_line()}, NF4 blocksize 64")
     print(thread_scaling_line())
     print_bandwidth_header(WIDTH, args.repeat)
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
         x = torch.randn(n).to(dtype)
         packed, absmax = torch.ops.bnb.quantize_4bit(x, 64, "nf4", torch.uint8)
         out = torch.empty_like(x)

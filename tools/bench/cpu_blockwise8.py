@@ -26,7 +26,7 @@ def main(argv=None):
     print(f"{machine_line()}, {n / 2**20:.0f}M elements, blocksize {bs}")
     print(thread_scaling_line())
     print_bandwidth_header(WIDTH, args.repeat)
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
         x = torch.randn(n).to(dtype)
         q, absmax = torch.ops.bnb.quantize_blockwise(x, code, bs)
         out = torch.empty_like(x)
