@@ -646,10 +646,9 @@ void QuantizeT(const void* x, Quant4 q, const Blockwise4Range& r, uint8_t* packe
       if (plan->two) return QuantizeByBuckets<kT>(x, cb, Bucket4<true>(*plan), keys, r, packed, absmax);
       return QuantizeByBuckets<kT>(x, cb, Bucket4<false>(*plan), keys, r, packed, absmax);
     };
-    if constexpr (kT == DType::kBFloat16) {
-      return by_buckets(PlanFor<KeyPlan<kT>>(q));
-    } else if constexpr (kT == DType::kFloat16) {
-      return by_buckets(r.blocksize >= kFloat16KeysFrom ? PlanFor<KeyPlan<kT>>(q) : nullptr);
+    if constexpr (kT == DType::kBFloat16 || kT == DType::kFloat16) {
+      const bool keyed = kT == DType::kBFloat16 || r.blocksize >= kFloat16KeysFrom;
+      return by_buckets(keyed ? PlanFor<KeyPlan<kT>>(q) : nullptr);
     } else {
       return by_buckets(static_cast<const std::nullptr_t*>(nullptr));
     }

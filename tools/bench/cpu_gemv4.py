@@ -242,7 +242,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=15, help="rounds (timing.round_seconds)")
     ap.add_argument("--no-layer", action="store_true", help="leave out the Llama-3-8B layer row")
     ap.add_argument("--no-peers", action="store_true", help="bnb alone (bitsandbytes, torch left out)")
-    ap.add_argument("--batches", default="16,128", help="batch sizes of the batch table (weight: the first shape; empty: no table)")
+    ap.add_argument("--batches", default="16,128",
+                    help="batch sizes of the batch table (weight: the first shape; empty: no table)")
     ap.add_argument("--loop", action="store_true",
                     help="one token: each implementation in a loop of its own over weights cycled past the L3 "
                          "(as a decode, and tools/bench/ggml_peer.c), instead of rounds alternating them")
@@ -273,7 +274,7 @@ def main(argv=None):
                             print(f"{'':<30}{'':<10}{name:<26}{seconds * 1e6:>9.0f}{100 * limit / seconds:>11.0f}%")
                         continue
                     nbytes, limit, rows = shape_rows(case_shapes, dtype, args.blocksize, args.repeat,
-                                                      not args.no_peers)
+                                                     not args.no_peers)
                     print(f"{label:<30}{dtype_name(dtype):<10}{'limit (copy, read only)':<26}"
                           f"{limit * 1e6:>9.0f}{100:>11}%")
                     for name, seconds, pct in rows:

@@ -3,9 +3,8 @@ forward at thresholds 0 and 6.0 beside F.linear in bfloat16 and float32, all mea
 
 TOP/s counts 2 * M * N * K operations. The weight-read limit is the time to read the N x K int8 weight once at the
 speed of a memory copy (timing.memory_copy: its bytes read plus written per second): no layer that reads its weight
-from memory can beat it. The
-Linear8bitLt input is randn with four outlier columns (x 8, so |x| >= 6 in most rows), as LLM activations have;
-threshold 0 quantizes them with the rest.
+from memory can beat it. The Linear8bitLt input is randn with four outlier columns (x 8, so |x| >= 6 in most rows),
+as LLM activations have; threshold 0 quantizes them with the rest.
 Run: tools/bench/run_cpu.sh, or .venv/bin/python tools/bench/cpu_int8.py.
 """
 
@@ -14,7 +13,7 @@ import argparse
 import torch
 
 import bnb
-from timing import machine_line, memory_copy, round_seconds, thread_scaling_line
+from timing import cache_cleaner, machine_line, memory_copy, round_seconds, thread_scaling_line
 
 OUTLIER_COLUMNS = (10, 400, 2000, 3000)
 
@@ -57,6 +56,7 @@ def linear_table(N, K, batches, rounds):
         layers[threshold] = layer.to("cpu")  # quantizes the bfloat16 weight
     codes = layers[0.0].weight.data
     copy, moved = memory_copy()
+    clean = cache_cleaner()  # after the copy, so the next round's first layer does not pay its dirty lines
     head = (f"{'Linear8bitLt forward, ' + str(N) + 'x' + str(K):<32}{'thr 0 us':>10}{'thr 6 us':>10}"
             f"{'bf16 F.linear':>15}{'fp32 F.linear':>15}{'weight read':>13}")
     print(head)
@@ -68,9 +68,10 @@ def linear_table(N, K, batches, rounds):
         x32 = x.float()
         with torch.inference_mode():
             times = round_seconds([lambda: layers[0.0](x), lambda: layers[6.0](x), lambda: lin16(x),
-                                   lambda: lin32(x32), copy], rounds)
-        t0, t6, t16, t32, tc = (min(t) * 1e6 for t in times)
-        print(f"{'batch ' + str(M):<32}{t0:>10.0f}{t6:>10.0f}{t16:>15.0f}{t32:>15.0f}{tc * codes.numel() / moved:>13.0f}")
+                                   lambda: lin32(x32), copy, clean], rounds)
+        t0, t6, t16, t32, tc, _ = (min(t) * 1e6 for t in times)
+        read = tc * codes.numel() / moved
+        print(f"{'batch ' + str(M):<32}{t0:>10.0f}{t6:>10.0f}{t16:>15.0f}{t32:>15.0f}{read:>13.0f}")
 
 
 def main(argv=None):
