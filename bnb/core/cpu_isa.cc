@@ -1,5 +1,6 @@
 #include "bnb/core/cpu_isa.h"
 
+#include <atomic>
 #include <mutex>
 
 #include "absl/status/statusor.h"
@@ -93,6 +94,13 @@ absl::Status SetIsaCap(absl::string_view name) {
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());
   return absl::OkStatus();
 }
+
+namespace {
+std::atomic<bool> amx_allowed{true};
+}  // namespace
+
+void SetAmxAllowed(bool allowed) { amx_allowed.store(allowed, std::memory_order_relaxed); }
+bool AmxAllowed() { return amx_allowed.load(std::memory_order_relaxed); }
 
 }  // namespace bnb::core
 #endif  // HWY_ONCE

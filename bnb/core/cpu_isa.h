@@ -29,4 +29,8 @@ absl::Status SetIsaCap(absl::string_view name);
 // OK when SetIsaCap would accept `name`.
 absl::Status ValidateIsaName(absl::string_view name);
 
+// Whether kernels may use AMX tiles where the CPU has them and the cap allows AVX-512 (knob cpu.amx; default true).
+void SetAmxAllowed(bool allowed);
+bool AmxAllowed();
+
 }  // namespace bnb::core

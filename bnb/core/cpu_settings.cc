@@ -26,6 +26,9 @@ absl::StatusOr<CpuSettings> CurrentCpuSettings() {
       absl::StatusOr<std::string> isa = config.GetString("cpu.isa");
       if (!isa.ok()) return isa.status();
       if (absl::Status st = SetIsaCap(*isa); !st.ok()) return st;
+      absl::StatusOr<bool> amx = config.GetBool("cpu.amx");
+      if (!amx.ok()) return amx.status();
+      SetAmxAllowed(*amx);
       applied_generation.store(generation, std::memory_order_release);
     }
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bnb/core/blockwise4.h"
+#include "bnb/core/cpu_isa.h"
 #include "bnb/core/gemm4_packed_x86.h"
 #include "bnb/core/gemv4.h"
 #include "bnb/core/int8_gemm.h"
@@ -24,16 +25,30 @@ namespace {
 // Which kernel a call takes: the bfloat16 ones where gemv4's dispatch would take its bfloat16 kernel, the float32
 // one where it would take its AVX-512 float32 kernel (K = 128 stands for any multiple of 128: the packed kernels
 // take any multiple of 64).
-enum class PackedKernel { kNone, kBf16, kF32 };
+// kAmx: where the bfloat16 ones would run, on AMX tiles where the CPU has them (cpu.amx), from kAmxFromRows rows of
+// A: its weight costs more to make into B tiles (scaled, in float32) than vdpbf16ps takes for a row or two
+// (tools/bench/NOTES.md, 'AMX').
+enum class PackedKernel { kNone, kBf16, kAmx, kF32 };
+constexpr int64_t kAmxFromRows = 3;
 
+// The kernel for any number of rows (kAmx: from kAmxFromRows), and for M rows.
 PackedKernel Choose(DType dtype, bool bf16_products) {
   switch (ActiveGemv4Kernel(dtype, 128, bf16_products)) {
-    case Gemv4Kernel::kAvx512Bf16: return PackedKernel::kBf16;
+    case Gemv4Kernel::kAvx512Bf16:
+#if BNB_GEMV4_X86
+      if (AmxAllowed() && packed4_x86::HasAmxBf16()) return PackedKernel::kAmx;
+#endif
+      return PackedKernel::kBf16;
     case Gemv4Kernel::kAvx512: return PackedKernel::kF32;
     case Gemv4Kernel::kHighway:
     case Gemv4Kernel::kHighwayBf16: break;
   }
   return PackedKernel::kNone;
+}
+
+PackedKernel Choose(DType dtype, int64_t M, bool bf16_products) {
+  const PackedKernel kernel = Choose(dtype, bf16_products);
+  return kernel == PackedKernel::kAmx && M < kAmxFromRows ? PackedKernel::kBf16 : kernel;
 }
 
 // Pack4 and Unpack4 take vector code for whole tiles where the AVX-512 kernels run (the same bytes as the loops).
@@ -47,6 +62,9 @@ bool VectorPacking() { return Choose(DType::kFloat32, true) != PackedKernel::kNo
 constexpr int64_t kMaxBf16Rows = 64;
 constexpr int64_t kMaxF32Rows = 128;
 constexpr int64_t kMaxF16Rows = 256;
+// AMX: to 128 rows 1.2-4x oneDNN's bfloat16 product on the dequantized weight (which reads 4x the bytes), slower
+// from 128 on Sapphire Rapids, where it runs on AMX too (tools/bench/NOTES.md, 'AMX'): more rows take that.
+constexpr int64_t kMaxAmxRows = 128;
 
 // Tile t's sums for rows [r0, r0 + rows) (sums[(r - r0) * 16 + j]) plus bias, each rounded once into out.
 void StoreTile(DType dtype, const float* sums, int64_t r0, int64_t rows, const Packed4& w, int64_t t,
@@ -210,9 +228,21 @@ void Gemm4PackedInt8(DType dtype, const Int8Activations& a, const Packed4& w, co
 #endif
 }
 
+const char* Gemm4PackedKernelName(DType dtype, int64_t M, bool bf16_products) {
+  if (!Gemm4PackedRuns(dtype, M, bf16_products)) return "none";
+  switch (Choose(dtype, M, bf16_products)) {
+    case PackedKernel::kBf16: return "avx512bf16";
+    case PackedKernel::kAmx: return "amx";
+    case PackedKernel::kF32: return "avx512";
+    case PackedKernel::kNone: break;
+  }
+  return "none";
+}
+
 int64_t Gemm4PackedMaxRows(DType dtype, bool bf16_products) {
   switch (Choose(dtype, bf16_products)) {
     case PackedKernel::kBf16: return kMaxBf16Rows;
+    case PackedKernel::kAmx: return kMaxAmxRows;
     case PackedKernel::kF32: return dtype == DType::kFloat16 ? kMaxF16Rows : kMaxF32Rows;
     case PackedKernel::kNone: break;
   }
@@ -222,7 +252,13 @@ int64_t Gemm4PackedMaxRows(DType dtype, bool bf16_products) {
 int64_t Gemm4PackedDenseFrom(DType dtype, bool bf16_products) {
   // bfloat16 products: oneDNN's bfloat16 matmul runs nearer the vdpbf16ps ceiling than slices of 64 rows, which
   // tie at 128 rows and lose from 256 (tools/bench/NOTES.md, 'Linear4bit's repack in place').
-  return Choose(dtype, bf16_products) == PackedKernel::kBf16 ? 2 * kMaxBf16Rows + 1 : 0;
+  switch (Choose(dtype, bf16_products)) {
+    case PackedKernel::kBf16: return 2 * kMaxBf16Rows + 1;
+    case PackedKernel::kAmx: return kMaxAmxRows + 1;
+    case PackedKernel::kF32:
+    case PackedKernel::kNone: break;
+  }
+  return 0;
 }
 
 bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products) {
@@ -232,7 +268,7 @@ bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products) {
 void Gemm4Packed(DType dtype, const void* A, int64_t M, const Packed4& w, const float* code16, const void* bias,
                  void* out, int64_t t0, int64_t t1, bool bf16_products) {
 #if BNB_GEMV4_X86
-  const PackedKernel kernel = Choose(dtype, bf16_products);
+  const PackedKernel kernel = Choose(dtype, M, bf16_products);
   const int64_t K = w.K;
   // A as the kernels read it: one row as it is (float32 kernels: converted from float16 / bfloat16), several rows
   // arranged by group (group g's row r at (g * M + r) * 64): K apart, rows of 4 KB multiples share L1 sets.
@@ -240,7 +276,19 @@ void Gemm4Packed(DType dtype, const void* A, int64_t M, const Packed4& w, const 
   std::vector<float> a32;
   const void* a = A;
   const int64_t groups = K / kPackCols;
-  if (kernel == PackedKernel::kBf16 && M > 1) {
+  const int64_t amx_rows = M <= kPackRows ? M : (M + kPackRows - 1) / kPackRows * kPackRows;
+  if (kernel == PackedKernel::kAmx) {
+    // AMX: by group and tile of 16 rows (M <= 16: one tile of M rows), rows past M zero (TileBf16Amx).
+    const int64_t tile_rows = std::min(amx_rows, kPackRows), tiles = amx_rows / tile_rows;
+    a16.assign(amx_rows * K, 0);
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int64_t r = 0; r < M; ++r) {
+        std::memcpy(&a16[((g * tiles + r / tile_rows) * tile_rows + r % tile_rows) * kPackCols],
+                    static_cast<const uint16_t*>(A) + r * K + g * kPackCols, kPackCols * sizeof(uint16_t));
+      }
+    }
+    a = a16.data();
+  } else if (kernel == PackedKernel::kBf16 && M > 1) {
     a16.resize(M * K);
     for (int64_t g = 0; g < groups; ++g) {
       for (int64_t r = 0; r < M; ++r) {
@@ -261,6 +309,16 @@ void Gemm4Packed(DType dtype, const void* A, int64_t M, const Packed4& w, const 
   }
   uint16_t table32[32];  // once per call, not per tile
   if (kernel == PackedKernel::kBf16) packed4_x86::Bf16CodeTable(code16, table32);
+  if (kernel == PackedKernel::kAmx) {
+    std::vector<float> sums(amx_rows * kPackRows);
+    alignas(64) uint16_t b[2048];  // whole cache lines a row of a B tile
+    const packed4_x86::AmxTiles tiles(std::min(amx_rows, kPackRows));
+    for (int64_t t = t0; t < t1; ++t) {
+      packed4_x86::TileBf16Amx(a16.data(), amx_rows, w, code16, t, b, sums.data());
+      StoreTile(dtype, sums.data(), 0, M, w, t, bias, out);
+    }
+    return;
+  }
   std::vector<float> sums(3 * M * kPackRows);  // TileF32Rows works in the rest
   for (int64_t t = t0; t < t1; ++t) {
     if (kernel == PackedKernel::kBf16 && M == 1) {

@@ -60,6 +60,10 @@ int64_t Gemm4PackedDenseFrom(DType dtype, bool bf16_products = true);
 // bfloat16 products (bfloat16 A, AVX512-BF16, bf16_products: gemv4.h's knob) up to 64 rows, float32 products up to
 // 128 rows (float16 A: 256), where they beat dequantize + matmul.
 bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products = true);
+// The kernel Gemm4Packed takes for M rows of A of `dtype` on this CPU now (the cpu.isa cap, cpu.amx): "amx"
+// (TDPBF16PS: where "avx512bf16" would run, from 3 rows, where the CPU has AMX-BF16), "avx512bf16", "avx512"
+// (float32 products) or "none" (Gemm4PackedRuns says no).
+const char* Gemm4PackedKernelName(DType dtype, int64_t M, bool bf16_products = true);
 // The most rows of A one Gemm4Packed call takes for `dtype` (0 where it has no kernel); callers with more run it
 // on slices of A's rows (the weight read once per slice: as fast as dequantize + matmul there).
 int64_t Gemm4PackedMaxRows(DType dtype, bool bf16_products = true);

@@ -24,6 +24,26 @@ void TileBf16One(const uint16_t* a, const Packed4& w, const uint16_t* table32, i
 // up once per pass of up to 16 rows, each group's sums scaled in float32.
 void TileBf16Rows(const uint16_t* a, int64_t M, const Packed4& w, const uint16_t* table32, int64_t t,
                   float* sums);
+
+// AMX (gemm4_packed_amx.cc). HasAmxBf16: AMX-TILE and AMX-BF16 here, and Linux granted this process the tile state
+// (asked once). AmxTiles configures this thread's tiles for A's row tiles of `rows` rows (M <= 16: M, else 16) for
+// its lifetime and releases them after. TileBf16Amx: M rows of bfloat16 A (M <= 16 or a multiple of 16, rows
+// past the caller's zero) arranged by group and tile of rows (group g's row r of row tile i at
+// a + ((g * tiles + i) * min(M, 16) + r) * 64) against tile t, inside an AmxTiles' lifetime: sums[r * 16 + j] for
+// A's row r and the tile's row j (as TileBf16Rows writes them), sums over all of K of bfloat16 A times the weight
+// rounded to bfloat16 (code value times scale in float32, rounded once: dequantize + a bfloat16 product's
+// values). b: work, 2048 bfloat16 values aligned to 64 bytes.
+bool HasAmxBf16();
+class AmxTiles {
+ public:
+  explicit AmxTiles(int64_t rows);
+  ~AmxTiles();
+  AmxTiles(const AmxTiles&) = delete;
+  AmxTiles& operator=(const AmxTiles&) = delete;
+};
+void TileBf16Amx(const uint16_t* a, int64_t M, const Packed4& w, const float* code16, int64_t t, uint16_t* b,
+                 float* sums);
+
 // One row of float32 A: exact code values, float32 multiply-adds, each block's sums scaled in float32.
 void TileF32One(const float* a, const Packed4& w, const float* code16, int64_t t, float* sums);
 // M rows of float32 A, arranged as TileBf16Rows takes them: as TileF32One, each half run looked up once per pass of

@@ -154,6 +154,13 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("dtype"), py::arg("M"),
   "Whether gemm_4bit_packed has a CPU kernel for M rows of A of this dtype (else it dequantizes the weight), after "
   "the cpu.isa cap and cpu.gemv_bf16_products.");
+  m.def("gemm4_packed_kernel", [](const std::string& dtype, int64_t M) {
+    const bnb::core::CpuSettings settings = Unwrap(bnb::core::CurrentCpuSettings());  // applies the cap first
+    return std::string(bnb::core::Gemm4PackedKernelName(ParseFloatDType("gemm4_packed_kernel", dtype), M,
+                                                        settings.gemv_bf16_products));
+  }, py::arg("dtype"), py::arg("M"),
+  "The CPU kernel gemm_4bit_packed runs for M rows of A of this dtype (one call; more rows run as slices): amx, "
+  "avx512bf16, avx512 or none, after the cpu.isa cap, cpu.amx and cpu.gemv_bf16_products.");
   m.def("gemm4_packed_int8_runs", [] {
     Unwrap(bnb::core::CurrentCpuSettings());  // applies the cap first
     return bnb::core::Gemm4PackedInt8Runs();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <random>
 #include <vector>
@@ -115,6 +116,66 @@ TEST(Pack4, FitsOnlyTheShapesItTakes) {
 
 INSTANTIATE_TEST_SUITE_P(Isa, EveryIsa, ::testing::ValuesIn(AvailableIsas()));
 
+// cpu.amx for a scope (the default, allowed, after).
+struct AmxSwitch {
+  explicit AmxSwitch(bool allowed) { SetAmxAllowed(allowed); }
+  ~AmxSwitch() { SetAmxAllowed(true); }
+};
+
+// The AMX kernel's products (gemm4_packed_x86.h): bfloat16 A times the weight rounded to bfloat16 (code value times
+// scale in float32, rounded once), summed in float32: within float32 sums' rounding of that product in float64,
+// plus the output's rounding. Normal data, NF4, rows that fill row tiles and rows that do not, blocks of one group
+// and of several, W's rows in whole tiles and not.
+TEST(Gemm4PackedAmx, IsTheBfloat16WeightsProductInFloat32) {
+  if (std::string(Gemm4PackedKernelName(DType::kBFloat16, 16)) != "amx") GTEST_SKIP() << "no AMX-BF16 here";
+  const float* code16 = Code4(Quant4::kNF4).data();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (const auto& [N, K, bs] : {std::tuple<int64_t, int64_t, int64_t>{37, 192, 64}, {48, 1024, 256},
+                                 {20, 4096, 64}}) {
+    Weight w{N, K, bs, std::vector<uint8_t>(N * K / 2), std::vector<float>(N * K / bs)};
+    for (auto& b : w.B) b = static_cast<uint8_t>(byte(rng));
+    for (auto& v : w.absmax) v = std::fabs(normal(rng)) * 0.05f + 1e-3f;
+    std::vector<uint8_t> codes(Packed4CodeBytes(N, K));
+    std::vector<float> scales(Packed4ScaleCount(N, K, bs));
+    Pack4(w.B.data(), w.absmax.data(), N, K, bs, codes.data(), scales.data(), 0, Packed4Tiles(N));
+    const Packed4 packed{codes.data(), scales.data(), N, K, bs};
+    std::vector<double> weight(N * K);  // bfloat16(code * scale), as the kernel multiplies it
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t k = 0; k < K; ++k) {
+        const uint8_t b = w.B[(n * K + k) / 2];
+        const int code = k % 2 == 0 ? b >> 4 : b & 15;
+        weight[n * K + k] = BF16ToFloat(FloatToBF16(code16[code] * w.absmax[(n * K + k) / bs]));
+      }
+    }
+    for (int64_t M : {3, 16, 17, 64, 100, 128}) {
+      ASSERT_EQ(std::string(Gemm4PackedKernelName(DType::kBFloat16, M)), "amx") << M;
+      std::vector<float> a(M * K);
+      for (auto& v : a) v = normal(rng);
+      const std::vector<uint8_t> A = Encode(DType::kBFloat16, a);
+      std::vector<uint16_t> out(M * N);
+      const int64_t tiles = Packed4Tiles(N);
+      Gemm4Packed(DType::kBFloat16, A.data(), M, packed, code16, nullptr, out.data(), 0, 1);
+      Gemm4Packed(DType::kBFloat16, A.data(), M, packed, code16, nullptr, out.data(), 1, tiles);
+      for (int64_t r = 0; r < M; ++r) {
+        for (int64_t n = 0; n < N; ++n) {
+          double exact = 0.0, magnitude = 0.0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double x = BF16ToFloat(FloatToBF16(a[r * K + k]));
+            exact += x * weight[n * K + k];
+            magnitude += std::fabs(x * weight[n * K + k]);
+          }
+          const double got = BF16ToFloat(out[r * N + n]);
+          const double bound = K * std::ldexp(1.0, -24) * magnitude + std::ldexp(1.0, -8) * std::fabs(exact);
+          ASSERT_LE(std::fabs(got - exact), bound) << "M " << M << " row " << r << " n " << n << " N " << N
+                                                   << " K " << K << " bs " << bs;
+        }
+      }
+    }
+  }
+}
+
 // Integer data: code values -8 .. 7 (exact in bfloat16), scales powers of two, A integers in [-3, 3]; every sum
 // stays far below 2^24, so any order of exact float32 operations gives the definition's result bit for bit.
 TEST_P(EveryIsa, PackedProductIsExactOnIntegerData) {
@@ -133,7 +194,10 @@ TEST_P(EveryIsa, PackedProductIsExactOnIntegerData) {
     for (DType dtype : {DType::kBFloat16, DType::kFloat32, DType::kFloat16}) {
       for (bool bf16_products : {true, false}) {
         for (int64_t M : {1, 2, 3, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128}) {
+          for (bool amx : {false, true}) {  // the AVX512-BF16 kernels, then AMX where the CPU has it (cpu.amx)
+          const AmxSwitch amx_switch(amx);
           if (!Gemm4PackedRuns(dtype, M, bf16_products)) continue;
+          if (amx != (std::string(Gemm4PackedKernelName(dtype, M, bf16_products)) == "amx")) continue;
           ++ran;
           std::vector<float> a(M * K), bias(N);
           for (auto& v : a) v = static_cast<float>(small(rng));
@@ -153,8 +217,10 @@ TEST_P(EveryIsa, PackedProductIsExactOnIntegerData) {
               StoreFromFloat(dtype, rounded.data(), 0, sum + bias[n]);  // the bias added in float32, one rounding
               const float expect = LoadAsFloat(dtype, rounded.data(), 0);
               ASSERT_EQ(got, expect) << DTypeName(dtype) << " M " << M << " row " << r << " n " << n << " N " << N
-                                     << " K " << K << " bs " << bs << " bf16_products " << bf16_products;
+                                     << " K " << K << " bs " << bs << " bf16_products " << bf16_products
+                                     << " amx " << amx;
             }
+          }
           }
         }
       }

