@@ -9,8 +9,9 @@
 // next 32. The weight is scaled before the product, not each group's sums after (as the vdpbf16ps kernels do), so
 // a C tile sums over all of K without leaving the tile unit: stored and scaled every group, C's tiles ran at a
 // third of the unit's rate. Passes of up to 4 row tiles of A (4 C tiles) make each group's B tiles into a buffer
-// of two groups, in L1: the whole tile's (128 KB at K = 4096) made once for all passes spilled to L2, 3x slower. A comes arranged by group (Gemm4Packed): rows K apart would share one L1 set
-// where K * 2 bytes is a multiple of 4 KB, more rows than its ways.
+// of two groups, in L1: the whole tile's (128 KB at K = 4096) made once for all passes spilled to L2, 3x slower.
+// A comes arranged by group (Gemm4Packed): rows K apart would share one L1 set where K * 2 bytes is a multiple of
+// 4 KB, more rows than its ways.
 #include "bnb/core/gemm4_packed_x86.h"
 
 #if BNB_GEMV4_X86

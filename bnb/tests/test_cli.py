@@ -120,3 +120,7 @@ def test_info_names_the_instruction_sets_run_here_and_those_this_cpu_lacks(tmp_p
     small = next(l for l in run.stdout.splitlines() if l.startswith("gemm_4bit, 16 rows"))
     small_bf16 = bf16 if has_avx3 else "highway"  # the small-batch kernel multiplies exact code values there
     assert small.endswith(f"float32/float16 A {'avx512' if has_avx3 else 'highway'}, bfloat16 A {small_bf16}"), small
+    # The tiled layout's: AMX tiles for bfloat16 where the CPU has AMX-BF16 too (Linux grants them to a process).
+    tiled = next(l for l in run.stdout.splitlines() if l.startswith("tiled layout"))
+    tiled_bf16 = "amx" if bf16 == "avx512bf16" and "amx_bf16" in flags else bf16 if has_avx3 else "none"
+    assert f"float32/float16 A {'avx512' if has_avx3 else 'none'}, bfloat16 A {tiled_bf16} " in tiled, tiled

@@ -25,5 +25,8 @@ def run_info(isas_only: bool = False) -> int:
         small = {dtype: _C.gemm4_small_kernel(dtype, 16, 4096) for dtype in ("float32", "bfloat16")}
         print(f"gemm_4bit, 16 rows (K a multiple of 128): float32/float16 A {small['float32']}, bfloat16 A "
               f"{small['bfloat16']}")
+        packed = {dtype: _C.gemm4_packed_kernel(dtype, 16) for dtype in ("float32", "bfloat16")}
+        print(f"tiled layout (cpu.pack_4bit), 16 rows: float32/float16 A {packed['float32']}, bfloat16 A "
+              f"{packed['bfloat16']} (knob cpu.amx)")
     print(isa_line())
     return 0
