@@ -112,10 +112,11 @@ def devices() -> list[str]:
 
 def run_case(seed: int) -> str | None:
     """One random case (8-bit, 4-bit, or a 4-bit product) on every device present, the CPU's under a random
-    instruction set, thread count and grain (elements per task); a description of the first mismatch, or None."""
+    instruction set, thread count, grain (elements per task) and cpu.amx; a description of the first mismatch, or
+    None."""
     rng = random.Random(seed)
     knobs = {"cpu__isa": rng.choice(bnb._C.cpu_isas()), "cpu__threads": rng.randint(1, 4),
-             "cpu__grain_elements": rng.choice([1024, 4096, 1 << 16])}
+             "cpu__grain_elements": rng.choice([1024, 4096, 1 << 16]), "cpu__amx": rng.random() < 0.75}
     check = rng.choice([_check_8bit, _check_8bit, _check_4bit, _check_4bit, _check_gemv, _check_gemm, _check_packed])
     with bnb.config.override(**knobs):
         return check(rng, torch.Generator().manual_seed(seed), f"seed {seed}: {knobs}")
