@@ -251,7 +251,7 @@ int64_t Gemm4PackedMaxRows(DType dtype, bool bf16_products) {
 
 int64_t Gemm4PackedDenseFrom(DType dtype, bool bf16_products) {
   // bfloat16 products: oneDNN's bfloat16 matmul runs nearer the vdpbf16ps ceiling than slices of 64 rows, which
-  // tie at 128 rows and lose from 256 (tools/bench/NOTES.md, 'Linear4bit's repack in place').
+  // tie at 128 rows and lose from 256 (tools/bench/NOTES.md, 'Linear4bit's repack in place'); AMX: kMaxAmxRows.
   switch (Choose(dtype, bf16_products)) {
     case PackedKernel::kBf16: return 2 * kMaxBf16Rows + 1;
     case PackedKernel::kAmx: return kMaxAmxRows + 1;

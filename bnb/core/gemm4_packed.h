@@ -57,8 +57,8 @@ void DequantizePacked4(DType dtype, const Packed4& w, const float* code16, void*
 int64_t Gemm4PackedDenseFrom(DType dtype, bool bf16_products = true);
 
 // Whether Gemm4Packed runs for A of `dtype` and M rows on this CPU under the cpu.isa cap: AVX-512 with AVX512-BW,
-// bfloat16 products (bfloat16 A, AVX512-BF16, bf16_products: gemv4.h's knob) up to 64 rows, float32 products up to
-// 128 rows (float16 A: 256), where they beat dequantize + matmul.
+// bfloat16 products (bfloat16 A, AVX512-BF16, bf16_products: gemv4.h's knob) up to 64 rows (on AMX tiles, cpu.amx:
+// 128), float32 products up to 128 rows (float16 A: 256), where they beat dequantize + matmul.
 bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products = true);
 // The kernel Gemm4Packed takes for M rows of A of `dtype` on this CPU now (the cpu.isa cap, cpu.amx): "amx"
 // (TDPBF16PS: where "avx512bf16" would run, from 3 rows, where the CPU has AMX-BF16), "avx512bf16", "avx512"
@@ -72,12 +72,15 @@ int64_t Gemm4PackedMaxRows(DType dtype, bool bf16_products = true);
 // tiles [t0, t1) (those below N), out row-major (N apart) and bias (N values or null) in `dtype`; each output
 // rounded once from float32. The products, as Gemv4's kernels define them (gemv4.h):
 //   - bfloat16 A (bf16_products): the code values rounded to bfloat16, multiplied by vdpbf16ps, each group's sums
-//     scaled in float32 (as exact as a bfloat16 product with a dequantized bfloat16 weight);
+//     scaled in float32 (as exact as a bfloat16 product with a dequantized bfloat16 weight); on AMX tiles (from 3
+//     rows where Gemm4PackedKernelName says "amx") the weight itself, code value times scale in float32 rounded
+//     to bfloat16 (dequantize + a bfloat16 product's values), multiplied by TDPBF16PS, summed in float32;
 //   - any other A (float32, float16, or bfloat16 without bf16_products): float32 products of the exact code values,
 //     each group's sums scaled in float32.
 // Sums run in another order than the definition: close to it, not bit for bit (integer data below 2^24 exactly).
-// A scale that is infinite or NaN enters as a factor of its block's sum (gemv4.h's rows with one follow the
-// definition instead; callers that want that keep such weights unpacked). Only where Gemm4PackedRuns says so.
+// A scale that is infinite or NaN enters as a factor of its block's sum (AMX: of its block's weights; gemv4.h's
+// rows with one follow the definition instead; callers that want that keep such weights unpacked). Only where
+// Gemm4PackedRuns says so.
 void Gemm4Packed(DType dtype, const void* A, int64_t M, const Packed4& w, const float* code16, const void* bias,
                  void* out, int64_t t0, int64_t t1, bool bf16_products = true);
 
