@@ -31,6 +31,8 @@
 namespace bnb::core::packed4_x86 {
 namespace {
 
+#include "bnb/core/gemm4_packed_x86-inl.h"  // PrefetchGroup, PairScales
+
 // Linux grants a process AMX's tile data (8 KB more of state to save a thread) on request only
 // (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); torch's oneDNN asks the same.
 constexpr int kArchReqXcompPerm = 0x1023;
@@ -68,14 +70,6 @@ BNB_TARGET_AMX void ReleaseTiles() { _tile_release(); }
 // GCC's _tile_loadd names no memory operand: without this, stores it reads (B's tiles, A's copy) might move past
 // it or vanish as dead.
 inline void CompilerSeesTileLoads() { asm volatile("" ::: "memory"); }
-
-// Each row's scale in both lanes of its pair: rows 0-7 (kHigh false) or 8-15 of a tile's 16 scales.
-template <bool kHigh>
-BNB_TARGET_AMX inline __m512 PairScales(__m512 scales) {
-  const __m512i idx = kHigh ? _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8)
-                            : _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-  return _mm512_permutexvar_ps(idx, scales);
-}
 
 // One group's B tiles (1 KB each, lo then hi) from its runs, the code values table and its block's scales.
 BNB_TARGET_AMX inline void DecodeGroup(const uint8_t* run, __m512 table, __m512 slo, __m512 shi, uint16_t* lo,
@@ -129,8 +123,7 @@ BNB_TARGET_AMX void Pass(const uint16_t* a, int64_t tiles, int64_t rows, int64_t
   for (int64_t g = 0; g < groups; ++g) {
     uint16_t* lo = b + (g & 1) * 2 * 16 * 32;
     const uint8_t* run = codes + g * kPackGroupBytes;
-#pragma GCC unroll 8
-    for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(run + 2048 + 64 * l), _MM_HINT_NTA);
+    PrefetchGroup(run);
     const __m512 sv = _mm512_loadu_ps(scales + g / per_block * kPackRows);
     DecodeGroup(run, table, PairScales<false>(sv), PairScales<true>(sv), lo, lo + 16 * 32);
     CompilerSeesTileLoads();

@@ -27,13 +27,7 @@
 namespace bnb::core::packed4_x86 {
 namespace {
 
-// Non-temporal prefetch this far ahead in the codes, which one call reads once, as one stream.
-constexpr int64_t kAhead = 2048;
-
-inline void PrefetchGroup(const uint8_t* run) {
-#pragma GCC unroll 8
-  for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(run + kAhead + 64 * l), _MM_HINT_NTA);
-}
+#include "bnb/core/gemm4_packed_x86-inl.h"  // PrefetchGroup, PairScales
 
 // Tile t of w: its codes and block scales, and the counts of its groups, groups per block and blocks.
 struct TileOf {
@@ -70,14 +64,6 @@ BNB_TARGET_AVX512BF16 inline __m512bh Codes(__m512i idx, __m512i table) {
 // shift 4 the high nibbles'.
 BNB_TARGET_AVX512 inline __m512i HalfRun(const uint8_t* half) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(half)));
-}
-
-// Each row's scale in both lanes of its pair: rows 0-7 (kHigh false) or 8-15 of a tile's 16 scales.
-template <bool kHigh>
-BNB_TARGET_AVX512 inline __m512 PairScales(__m512 scales) {
-  const __m512i idx = kHigh ? _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8)
-                            : _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-  return _mm512_permutexvar_ps(idx, scales);
 }
 
 // Sums of lanes 2j and 2j + 1 of lo (rows 0-7) and hi (rows 8-15), in row order.
