@@ -195,32 +195,32 @@ TEST_P(EveryIsa, PackedProductIsExactOnIntegerData) {
       for (bool bf16_products : {true, false}) {
         for (int64_t M : {1, 2, 3, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128}) {
           for (bool amx : {false, true}) {  // the AVX512-BF16 kernels, then AMX where the CPU has it (cpu.amx)
-          const AmxSwitch amx_switch(amx);
-          if (!Gemm4PackedRuns(dtype, M, bf16_products)) continue;
-          if (amx != (std::string(Gemm4PackedKernelName(dtype, M, bf16_products)) == "amx")) continue;
-          ++ran;
-          std::vector<float> a(M * K), bias(N);
-          for (auto& v : a) v = static_cast<float>(small(rng));
-          for (auto& v : bias) v = static_cast<float>(small(rng));
-          const std::vector<uint8_t> A = Encode(dtype, a), bias_bytes = Encode(dtype, bias);
-          const size_t size = DTypeSize(dtype);
-          std::vector<uint8_t> out(M * N * size), rounded(size);
-          // Two calls over parts of the tiles, as threads split them.
-          const int64_t tiles = Packed4Tiles(N);
-          Gemm4Packed(dtype, A.data(), M, packed, code16, bias_bytes.data(), out.data(), 0, 1, bf16_products);
-          Gemm4Packed(dtype, A.data(), M, packed, code16, bias_bytes.data(), out.data(), 1, tiles, bf16_products);
-          for (int64_t r = 0; r < M; ++r) {
-            for (int64_t n = 0; n < N; ++n) {
-              const float got = LoadAsFloat(dtype, out.data(), r * N + n);
-              const float sum = Gemv4RowScalar(dtype, A.data() + r * K * size, w.B.data(), w.absmax.data(), code16,
-                                               K, bs, n);
-              StoreFromFloat(dtype, rounded.data(), 0, sum + bias[n]);  // the bias added in float32, one rounding
-              const float expect = LoadAsFloat(dtype, rounded.data(), 0);
-              ASSERT_EQ(got, expect) << DTypeName(dtype) << " M " << M << " row " << r << " n " << n << " N " << N
-                                     << " K " << K << " bs " << bs << " bf16_products " << bf16_products
-                                     << " amx " << amx;
+            const AmxSwitch amx_switch(amx);
+            if (!Gemm4PackedRuns(dtype, M, bf16_products)) continue;
+            if (amx != (std::string(Gemm4PackedKernelName(dtype, M, bf16_products)) == "amx")) continue;
+            ++ran;
+            std::vector<float> a(M * K), bias(N);
+            for (auto& v : a) v = static_cast<float>(small(rng));
+            for (auto& v : bias) v = static_cast<float>(small(rng));
+            const std::vector<uint8_t> A = Encode(dtype, a), bias_bytes = Encode(dtype, bias);
+            const size_t size = DTypeSize(dtype);
+            std::vector<uint8_t> out(M * N * size), rounded(size);
+            // Two calls over parts of the tiles, as threads split them.
+            const int64_t tiles = Packed4Tiles(N);
+            Gemm4Packed(dtype, A.data(), M, packed, code16, bias_bytes.data(), out.data(), 0, 1, bf16_products);
+            Gemm4Packed(dtype, A.data(), M, packed, code16, bias_bytes.data(), out.data(), 1, tiles, bf16_products);
+            for (int64_t r = 0; r < M; ++r) {
+              for (int64_t n = 0; n < N; ++n) {
+                const float got = LoadAsFloat(dtype, out.data(), r * N + n);
+                const float sum = Gemv4RowScalar(dtype, A.data() + r * K * size, w.B.data(), w.absmax.data(), code16,
+                                                 K, bs, n);
+                StoreFromFloat(dtype, rounded.data(), 0, sum + bias[n]);  // the bias added in float32, one rounding
+                const float expect = LoadAsFloat(dtype, rounded.data(), 0);
+                ASSERT_EQ(got, expect) << DTypeName(dtype) << " M " << M << " row " << r << " n " << n << " N " << N
+                                       << " K " << K << " bs " << bs << " bf16_products " << bf16_products
+                                       << " amx " << amx;
+              }
             }
-          }
           }
         }
       }

@@ -1,7 +1,8 @@
-// The packed 4-bit layout (gemm4_packed.h) against the row-major kernels (gemv4.h) on the same weights, and the
-// int8-activation product over it (its activations quantized in each call), 1 and 2 threads, bfloat16 and float32
-// A, one row and batches; weights cycled over copies larger than the last-level cache, so each call reads its weight
-// from memory, and a copy of as many bytes as the limit.
+// The packed 4-bit layout (gemm4_packed.h) against the row-major kernels (gemv4.h) on the same weights, its AMX
+// kernel beside its AVX-512 one (where the CPU has AMX-BF16), and the int8-activation product over it (its
+// activations quantized in each call), 1 and 2 threads, bfloat16 and float32 A, one row and batches; weights cycled
+// over copies larger than the last-level cache, so each call reads its weight from memory, and a copy of as many
+// bytes as the limit.
 // Usage: core_gemm4_packed_bench [--rounds N] [--batches M1,M2,...]
 #include <algorithm>
 #include <cstdint>
