@@ -39,8 +39,8 @@ const std::vector<KnobSpec>& AllKnobs();
 inline constexpr int kCudaThreadsPerBlockDefault = 256;
 
 // cuda.optim8_per_thread's default: the elements of a state block each thread of the CUDA 8-bit optimizer update
-// takes (kernels/optim.cuh).
-inline constexpr int kCudaOptim8PerThreadDefault = 1;
+// takes (kernels/optim.cuh); 8 (a warp a block, no barrier) was the fastest on an H200 (tools/bench/gpu_optim.py).
+inline constexpr int kCudaOptim8PerThreadDefault = 8;
 // Its allowed values (the kernel's PER): 1, 2, 4 or 8.
 inline constexpr bool IsOptim8PerThread(int64_t k) { return k == 1 || k == 2 || k == 4 || k == 8; }
 

@@ -85,9 +85,9 @@ TEST_F(KnobKeys, Optim8PerThreadShapesTheRegisteredUpdates) {
     EXPECT_EQ(count, 3 * 6);  // three types, six rules
     return with;
   };
-  EXPECT_EQ(updates_with(", 256, 1>"), 3 * 6);
-  ASSERT_TRUE(core::Config::Global().Set("cuda.optim8_per_thread", int64_t{8}).ok());
-  EXPECT_EQ(updates_with(", 256, 8>"), 3 * 6);
+  EXPECT_EQ(updates_with(", 256, 8>"), 3 * 6);  // the default
+  ASSERT_TRUE(core::Config::Global().Set("cuda.optim8_per_thread", int64_t{2}).ok());
+  EXPECT_EQ(updates_with(", 256, 2>"), 3 * 6);
   EXPECT_FALSE(core::Config::Global().Set("cuda.optim8_per_thread", int64_t{3}).ok());
   EXPECT_FALSE(core::Config::Global().Set("cuda.optim8_per_thread", int64_t{16}).ok());
 }

@@ -8,8 +8,10 @@
 #include "bnb/jit/optim_host.h"
 #include "bnb/tests/cuda_emu_checks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -116,10 +118,23 @@ void Check(const Case& c) {
   std::vector<float> m(2 * n), v(n), am1(2 * blocks), am2(blocks);
   for (float& x : m) x = 0.1f * normal(rng);
   for (float& x : v) x = 0.01f * std::fabs(normal(rng));
+  // Requantize's rare routes: values whose quotient by the block's absmax is below 2^-19 (every 13th), and a block
+  // of zeros (absmax 0: no table at all) where there is a second block.
+  for (int64_t i = 5; i < n; i += 13) m[i] *= 1e-7f, m[n + i] *= 1e-7f, v[i] *= 1e-7f;
+  for (int64_t i = kBs; i < std::min(n, 2 * kBs); ++i) {
+    m[i] = m[n + i] = v[i] = 0.0f;
+    core::StoreFromFloat(c.dtype, g.data(), i, 0.0f);
+  }
   const core::Blockwise8Range range{n, kBs, 0, blocks};
   core::QuantizeBlockwise8(DType::kFloat32, m.data(), cb1, range, q1.data(), am1.data());
   core::QuantizeBlockwise8(DType::kFloat32, m.data() + n, cb1, range, q1.data() + n, am1.data() + blocks);
   core::QuantizeBlockwise8(DType::kFloat32, v.data(), cb2, range, q2.data(), am2.data());
+  // A third block with a non-finite absmax (as a diverged state leaves it): dequantizing follows the host's NaN
+  // rules (bw8::mul_like_host), where other blocks take a plain product.
+  if (blocks > 2) {
+    am1[2] = std::numeric_limits<float>::infinity();
+    am2[2] = std::numeric_limits<float>::quiet_NaN();
+  }
   // The codes of m2 follow m's n bytes: at n's alignment, as the ops lay ademamix's state out.
   const core::OptimStep step = core::MakeOptimStep(c.rule, true, 0.9, 0.999, 0.9999, 5.0, 1e-8, 0.01, 3, 1e-3,
                                                    0.75, c.skip_zeros);

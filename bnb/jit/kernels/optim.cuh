@@ -38,12 +38,11 @@ __device__ __forceinline__ float clip_of(float unorm, float limit) {
   return current > limit ? div(limit, current) : 1.0f;
 }
 
-// One element: g (raw, as stored), p and the states (m2 for ademamix, v for two-state rules) updated in place.
-// Returns false, changing nothing, for a zero gradient under skip_zeros.
+// One element's rule: g (raw, as stored), p and the states (m2 for ademamix, v for two-state rules) updated in
+// place, whatever the gradient (update below applies skip_zeros).
 template <int RULE, bool EIGHT_BIT>
-__device__ __forceinline__ bool update(const Scalars& st, float clip, float raw, float& p, float& s1, float& s1b,
-                                       float& s2) {
-  if (st.skip_zeros && raw == 0.0f) return false;
+__device__ __forceinline__ void apply_rule(const Scalars& st, float clip, float raw, float& p, float& s1, float& s1b,
+                                           float& s2) {
   float g = mul(raw, st.gnorm_scale);
   if (st.decoupled_decay) p = mul(p, st.decay);
   if (st.coupled_decay) g = add(g, mul(p, st.weight_decay));
@@ -83,7 +82,22 @@ __device__ __forceinline__ bool update(const Scalars& st, float clip, float raw,
     p = sub(p, mul(st.lr, div(g, add(root(v), st.eps))));
     s1 = v;
   }
-  return true;
+}
+
+// One element: apply_rule, except that a zero gradient under skip_zeros changes nothing (and returns false). The
+// rule runs either way and the results are chosen after, so that the unrolled loops of the kernels stay free of a
+// branch per element.
+template <int RULE, bool EIGHT_BIT>
+__device__ __forceinline__ bool update(const Scalars& st, float clip, float raw, float& p, float& s1, float& s1b,
+                                       float& s2) {
+  float pn = p, an = s1, bn = s1b, vn = s2;
+  apply_rule<RULE, EIGHT_BIT>(st, clip, raw, pn, an, bn, vn);
+  const bool skip = st.skip_zeros && raw == 0.0f;
+  p = skip ? p : pn;
+  s1 = skip ? s1 : an;
+  s1b = skip ? s1b : bn;
+  s2 = skip ? s2 : vn;
+  return !skip;
 }
 
 // The update direction the trust ratio clips, squared (bnb::core::optim_scalar::Unorm32).
@@ -157,36 +171,121 @@ __global__ void __launch_bounds__(THREADS)
 namespace bnb {
 namespace opt {
 
-// optimizer_update8's requantize of one state: the absmax of a state block's new values (those past the thread's
-// `valid` elements count as 0), then their codes; `vec`: PER codes by one store (aligned, none past n). Every thread
-// of the group calls it (group_absmax), also with nothing valid.
-template <int PER, int G>
-__device__ __forceinline__ void requantize8(const float (&x)[PER], int valid, bool vec, const bw8::Prepared& prep,
-                                            unsigned int* s_red, int group, unsigned char* codes, float* absmax,
-                                            long long block, long long start) {
+// The largest |x| of a thread's share as float bits, for group_absmax (elements a thread does not hold are 0).
+template <int PER>
+__device__ __forceinline__ unsigned int max_bits(const float (&x)[PER]) {
   unsigned int mb = 0;
 #pragma unroll
-  for (int k = 0; k < PER; ++k) {
-    if (k < valid) mb = max(mb, __float_as_uint(x[k]) & 0x7FFFFFFFu);
-  }
-  const float amax = group_absmax<G>(mb, s_red, group);
-  if (valid <= 0) return;
+  for (int k = 0; k < PER; ++k) mb = max(mb, __float_as_uint(x[k]) & 0x7FFFFFFFu);
+  return mb;
+}
+
+// optimizer_update8's requantize of one state's share, `valid` elements of it, in a block of absmax `amax`: the
+// block's absmax (by its first thread) and the codes. FULL: all PER elements valid, their codes stored at once
+// (aligned, none past n), no guard per element. Every code goes through the table, then the exact route takes
+// those it marks (as quantize_blockwise8 does), so that the unrolled loop has no branch: a block whose absmax is
+// unfit for the table (0, inf, NaN, extreme) looks zeros up against 1 and is marked whole.
+template <int PER, int G, bool FULL>
+__device__ __forceinline__ void encode8(const float (&x)[PER], float amax, int valid, const bw8::Prepared& prep,
+                                        unsigned char* codes, float* absmax, long long block, long long start) {
+  if constexpr (FULL) valid = PER;
   // A codebook with a non-finite entry gives NaN absmax, as blockwise8's quantize does (bw8::Prepared).
   if (threadIdx.x % G == 0) absmax[block] = bw8::poisoned(prep) ? __uint_as_float(0x7FC00000u) : amax;
   const bool fast = FastScaleOk(amax);
-  const float y = fast ? __frcp_rn(amax) : 0.0f;
+  const float a = fast ? amax : 1.0f;
+  const float y = fast ? __frcp_rn(amax) : 1.0f;
   unsigned char c[PER];
-#pragma unroll
-  for (int k = 0; k < PER; ++k) c[k] = k < valid ? bw8::code_in_block(x[k], amax, fast, y, prep) : 0;
-  if constexpr (PER >= 4) {
-    if (vec) {
-      bw8::store_codes<PER>(codes + start, c);
-      return;
-    }
-  }
+  unsigned redo = fast ? 0u : (1u << valid) - 1u;
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
-    if (k < valid) codes[start + k] = c[k];
+    bool r;
+    c[k] = (unsigned char)bw8::code_fast(fast ? x[k] : 0.0f, a, y, prep, &r);
+    if (FULL || k < valid) redo |= (unsigned)r << k;
+  }
+  if (redo != 0) {
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      if ((redo >> k) & 1u) c[k] = bw8::code_exact(x[k], amax, prep.mid, prep.s2c);
+    }
+  }
+  if constexpr (FULL && PER >= 4) {
+    bw8::store_codes<PER>(codes + start, c);
+  } else {
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      if (k < valid) codes[start + k] = c[k];
+    }
+  }
+}
+
+__device__ __forceinline__ bool finite(float x) { return (__float_as_uint(x) & 0x7FFFFFFFu) < 0x7F800000u; }
+
+
+// optimizer_update8's work on one thread's share of a state block (from `start`, `valid` elements of it): p, g and
+// the codes loaded, the states dequantized (block absmax m1, m1b, m2; codebook values s_val) and updated into a, b,
+// v, p stored. FULL: all PER elements, by 16-byte vectors, no guard per element; PLAIN: dequantize by a plain
+// product (finite absmax and codebooks, where bw8::mul_like_host's NaN rules cannot arise).
+template <class T, int RULE, int PER, bool FULL, bool PLAIN>
+__device__ __forceinline__ void update8_share(const T* __restrict__ g, T* __restrict__ p,
+                                              const unsigned char* __restrict__ q1,
+                                              const unsigned char* __restrict__ q1b,
+                                              const unsigned char* __restrict__ q2, const float (*s_val)[256],
+                                              float m1, float m1b, float m2, const Scalars& st, long long start,
+                                              int valid, float (&a)[PER], float (&b)[PER], float (&v)[PER]) {
+  constexpr int VEC = Elem<T>::VEC;
+  constexpr int NV = PER / VEC > 0 ? PER / VEC : 1;
+  constexpr bool kTwo = two_states(RULE);
+  constexpr bool kMix = RULE == kAdEMAMix;
+  const int count = FULL ? PER : valid;
+  float pv[PER], gv[PER];
+  unsigned char c1[PER], c1b[PER], c2[PER];
+  if constexpr (FULL) {
+    Vec16 rp[NV], rg[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      rp[k] = reinterpret_cast<const Vec16*>(p + start)[k];
+      rg[k] = reinterpret_cast<const Vec16*>(g + start)[k];
+    }
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      Elem<T>::unpack(rp[k], pv + k * VEC);
+      Elem<T>::unpack(rg[k], gv + k * VEC);
+    }
+    bw8::load_codes<PER>(q1 + start, c1);
+    if constexpr (kMix) bw8::load_codes<PER>(q1b + start, c1b);
+    if constexpr (kTwo) bw8::load_codes<PER>(q2 + start, c2);
+  } else {
+    // Misaligned buffers and the partial last block: element by element.
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      if (k >= count) continue;
+      pv[k] = Elem<T>::load(p + start + k);
+      gv[k] = Elem<T>::load(g + start + k);
+      c1[k] = q1[start + k];
+      if constexpr (kMix) c1b[k] = q1b[start + k];
+      if constexpr (kTwo) c2[k] = q2[start + k];
+    }
+  }
+  unsigned int skipped = 0;  // elements a zero gradient leaves as they were (skip_zeros)
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    if (k >= count) continue;
+    a[k] = PLAIN ? __fmul_rn(s_val[0][c1[k]], m1) : bw8::mul_like_host(s_val[0][c1[k]], m1);
+    if constexpr (kMix) b[k] = PLAIN ? __fmul_rn(s_val[0][c1b[k]], m1b) : bw8::mul_like_host(s_val[0][c1b[k]], m1b);
+    if constexpr (kTwo) {
+      v[k] = PLAIN ? __fmul_rn(s_val[kTwo ? 1 : 0][c2[k]], m2) : bw8::mul_like_host(s_val[kTwo ? 1 : 0][c2[k]], m2);
+    }
+    if (!update<RULE, true>(st, 1.0f, gv[k], pv[k], a[k], b[k], v[k])) skipped |= 1u << k;
+  }
+  if (FULL && skipped == 0) {
+#pragma unroll
+    for (int k = 0; k < NV; ++k) store16(p + start + k * VEC, Elem<T>::pack(pv + k * VEC));
+  } else {
+    // (A skipped element's p is left as it was, not stored back: a NaN's payload might not survive.)
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      if (k < count && !((skipped >> k) & 1u)) Elem<T>::store(p + start + k, pv[k]);
+    }
   }
 }
 
@@ -210,9 +309,7 @@ __global__ void __launch_bounds__(THREADS)
   constexpr int kBlock = 256;       // elements per state block (core::kOptimizerBlocksize)
   constexpr int G = kBlock / PER;   // threads per state block
   constexpr int QPT = THREADS / G;  // state blocks per tile
-  constexpr int VEC = Elem<T>::VEC;
-  constexpr bool kVec = PER % VEC == 0;  // whole 16-byte vectors of p and g per thread
-  constexpr int NV = kVec ? PER / VEC : 1;
+  constexpr bool kVec = PER % Elem<T>::VEC == 0;  // whole 16-byte vectors of p and g per thread
   constexpr bool kTwo = opt::two_states(RULE);
   constexpr bool kMix = RULE == opt::kAdEMAMix;
   // The prepared codebooks (the second only for two-state rules) and the codebooks' values.
@@ -234,79 +331,52 @@ __global__ void __launch_bounds__(THREADS)
                       (!kMix || bw8::aligned(q1b, PER)) && (!kTwo || bw8::aligned(q2, PER));
   const long long nblocks = (n + kBlock - 1) / kBlock;
   const long long ntiles = (nblocks + QPT - 1) / QPT;
+  // Codebooks without a non-finite entry (bw8::Prepared): with a finite absmax, dequantizing is a plain product.
+  const bool clean = !bw8::poisoned(s_prep[0]) && (!kTwo || !bw8::poisoned(s_prep[kTwo ? 1 : 0]));
   for (long long tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
     const long long block = tile * QPT + group;
     const long long start = block * kBlock + (long long)gl * PER;
     const int valid = block < nblocks && start < n ? (int)(n - start < PER ? n - start : PER) : 0;
     const bool vec = vec_ok && valid == PER;
+    float m1 = 0.0f, m1b = 0.0f, m2 = 0.0f;
+    if (valid > 0) {
+      m1 = am1[block];
+      if constexpr (kMix) m1b = am1b[block];
+      if constexpr (kTwo) m2 = am2[block];
+    }
+    // The new states; elements past `valid` stay 0, which no absmax notices.
     float a[PER], b[PER], v[PER];
 #pragma unroll
     for (int k = 0; k < PER; ++k) a[k] = b[k] = v[k] = 0.0f;
-    if (valid > 0) {
-      float pv[PER], gv[PER];
-      unsigned char c1[PER], c1b[PER], c2[PER];
+    // The share's update: by vectors where it is whole and aligned, by a plain product where the absmax and
+    // codebooks are finite (as nearly every block is).
+    if (vec) {
       if constexpr (kVec) {
-        if (vec) {
-          Vec16 rp[NV], rg[NV];
-#pragma unroll
-          for (int k = 0; k < NV; ++k) {
-            rp[k] = reinterpret_cast<const Vec16*>(p + start)[k];
-            rg[k] = reinterpret_cast<const Vec16*>(g + start)[k];
-          }
-#pragma unroll
-          for (int k = 0; k < NV; ++k) {
-            Elem<T>::unpack(rp[k], pv + k * VEC);
-            Elem<T>::unpack(rg[k], gv + k * VEC);
-          }
-          bw8::load_codes<PER>(q1 + start, c1);
-          if constexpr (kMix) bw8::load_codes<PER>(q1b + start, c1b);
-          if constexpr (kTwo) bw8::load_codes<PER>(q2 + start, c2);
+        if (clean && opt::finite(m1) && (!kMix || opt::finite(m1b)) && (!kTwo || opt::finite(m2))) {
+          opt::update8_share<T, RULE, PER, true, true>(g, p, q1, q1b, q2, s_val, m1, m1b, m2, st, start, valid, a,
+                                                        b, v);
+        } else {
+          opt::update8_share<T, RULE, PER, true, false>(g, p, q1, q1b, q2, s_val, m1, m1b, m2, st, start, valid, a,
+                                                         b, v);
         }
       }
-      if (!vec) {
-        // Misaligned buffers and the partial last block: element by element.
-#pragma unroll
-        for (int k = 0; k < PER; ++k) {
-          if (k >= valid) continue;
-          pv[k] = Elem<T>::load(p + start + k);
-          gv[k] = Elem<T>::load(g + start + k);
-          c1[k] = q1[start + k];
-          if constexpr (kMix) c1b[k] = q1b[start + k];
-          if constexpr (kTwo) c2[k] = q2[start + k];
-        }
-      }
-      const float m1 = am1[block];
-      const float m1b = kMix ? am1b[block] : 0.0f;
-      const float m2 = kTwo ? am2[block] : 0.0f;
-      unsigned int skipped = 0;  // elements a zero gradient leaves as they were (skip_zeros)
-#pragma unroll
-      for (int k = 0; k < PER; ++k) {
-        if (k >= valid) continue;
-        a[k] = bw8::mul_like_host(s_val[0][c1[k]], m1);
-        if constexpr (kMix) b[k] = bw8::mul_like_host(s_val[0][c1b[k]], m1b);
-        if constexpr (kTwo) v[k] = bw8::mul_like_host(s_val[kTwo ? 1 : 0][c2[k]], m2);
-        if (!opt::update<RULE, true>(st, 1.0f, gv[k], pv[k], a[k], b[k], v[k])) skipped |= 1u << k;
-      }
-      bool stored = false;
-      if constexpr (kVec) {
-        if (vec && skipped == 0) {
-#pragma unroll
-          for (int k = 0; k < NV; ++k) store16(p + start + k * VEC, Elem<T>::pack(pv + k * VEC));
-          stored = true;
-        }
-      }
-      if (!stored) {
-#pragma unroll
-        for (int k = 0; k < PER; ++k) {
-          if (k < valid && !((skipped >> k) & 1u)) Elem<T>::store(p + start + k, pv[k]);
-        }
-      }
+    } else if (valid > 0) {
+      opt::update8_share<T, RULE, PER, false, false>(g, p, q1, q1b, q2, s_val, m1, m1b, m2, st, start, valid, a, b,
+                                                      v);
     }
-    // Every thread reaches each requantize (its absmax meets across the group).
-    opt::requantize8<PER, G>(a, valid, vec, s_prep[0], s_red, group, q1, am1, block, start);
-    if constexpr (kMix) opt::requantize8<PER, G>(b, valid, vec, s_prep[0], s_red, group, q1b, am1b, block, start);
-    if constexpr (kTwo) {
-      opt::requantize8<PER, G>(v, valid, vec, s_prep[kTwo ? 1 : 0], s_red, group, q2, am2, block, start);
+    // The blocks' new absmax, every thread of each group there (group_absmax), then the codes.
+    const float amax1 = group_absmax<G>(opt::max_bits<PER>(a), s_red, group);
+    const float amax1b = kMix ? group_absmax<G>(opt::max_bits<PER>(b), s_red, group) : 0.0f;
+    const float amax2 = kTwo ? group_absmax<G>(opt::max_bits<PER>(v), s_red, group) : 0.0f;
+    const bw8::Prepared& cb2 = s_prep[kTwo ? 1 : 0];
+    if (vec) {
+      opt::encode8<PER, G, true>(a, amax1, PER, s_prep[0], q1, am1, block, start);
+      if constexpr (kMix) opt::encode8<PER, G, true>(b, amax1b, PER, s_prep[0], q1b, am1b, block, start);
+      if constexpr (kTwo) opt::encode8<PER, G, true>(v, amax2, PER, cb2, q2, am2, block, start);
+    } else if (valid > 0) {
+      opt::encode8<PER, G, false>(a, amax1, valid, s_prep[0], q1, am1, block, start);
+      if constexpr (kMix) opt::encode8<PER, G, false>(b, amax1b, valid, s_prep[0], q1b, am1b, block, start);
+      if constexpr (kTwo) opt::encode8<PER, G, false>(v, amax2, valid, cb2, q2, am2, block, start);
     }
   }
 }
