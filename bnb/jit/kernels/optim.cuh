@@ -220,7 +220,6 @@ __device__ __forceinline__ void encode8(const float (&x)[PER], float amax, int v
 
 __device__ __forceinline__ bool finite(float x) { return (__float_as_uint(x) & 0x7FFFFFFFu) < 0x7F800000u; }
 
-
 // optimizer_update8's work on one thread's share of a state block (from `start`, `valid` elements of it): p, g and
 // the codes loaded, the states dequantized (block absmax m1, m1b, m2; codebook values s_val) and updated into a, b,
 // v, p stored. FULL: all PER elements, by 16-byte vectors, no guard per element; PLAIN: dequantize by a plain
