@@ -62,24 +62,63 @@ bool VectorPacking() { return Choose(DType::kFloat32, true) != PackedKernel::kNo
 constexpr int64_t kMaxBf16Rows = 64;
 constexpr int64_t kMaxF32Rows = 128;
 constexpr int64_t kMaxF16Rows = 256;
-// AMX: to 128 rows 1.2-4x oneDNN's bfloat16 product on the dequantized weight (which reads 4x the bytes), slower
-// from 128 on Sapphire Rapids, where it runs on AMX too (tools/bench/NOTES.md, 'AMX'): more rows take that.
+// AMX: to 64 rows 1.2-4x oneDNN's bfloat16 product on the dequantized weight (which reads 4x the bytes), a tie at
+// 128 on one thread (1.15x behind on two), slower beyond, where oneDNN's product runs on AMX too and slices of 128
+// rows tie the dense path (tools/bench/NOTES.md, 'AMX: tile pairs'): more rows take that.
 constexpr int64_t kMaxAmxRows = 128;
+
+// n values from a 64-byte boundary (AMX tile rows: whole cache lines).
+template <class T>
+class Aligned64 {
+ public:
+  explicit Aligned64(int64_t n) : values_(n + 64 / sizeof(T)) {}
+  T* data() { return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(values_.data()) + 63) & ~uintptr_t{63}); }
+
+ private:
+  std::vector<T> values_;
+};
 
 // Tile t's sums for rows [r0, r0 + rows) (sums[(r - r0) * 16 + j]) plus bias, each rounded once into out.
 void StoreTile(DType dtype, const float* sums, int64_t r0, int64_t rows, const Packed4& w, int64_t t,
                const void* bias, void* out) {
   const int64_t tile_rows = std::min(kPackRows, w.N - t * kPackRows);
-  for (int64_t j = 0; j < tile_rows; ++j) {
-    const int64_t n = t * kPackRows + j;
-    const float add = bias == nullptr ? 0.0f : LoadAsFloat(dtype, bias, n);
-    for (int64_t r = 0; r < rows; ++r) {
-      float v = sums[r * kPackRows + j];
-      if (bias != nullptr) v = v + add;
-      StoreFromFloat(dtype, out, (r0 + r) * w.N + n, v);
+  float add[kPackRows] = {};
+  if (bias != nullptr) {
+    for (int64_t j = 0; j < tile_rows; ++j) add[j] = LoadAsFloat(dtype, bias, t * kPackRows + j);
+  }
+  // Row by row: each row's 16 outputs are adjacent in out (a column at a time would touch a line per value).
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = sums + r * kPackRows;
+    const int64_t at = (r0 + r) * w.N + t * kPackRows;
+    for (int64_t j = 0; j < tile_rows; ++j) {
+      StoreFromFloat(dtype, out, at + j, bias == nullptr ? row[j] : row[j] + add[j]);
     }
   }
 }
+
+#if BNB_GEMV4_X86
+// The AMX kernels over tiles [t0, t1): a tile at a time for up to 4 row tiles of A, pairs of tiles for more.
+void AmxProduct(DType dtype, const void* A, int64_t M, const Packed4& w, const float* code16, const void* bias,
+                void* out, int64_t t0, int64_t t1) {
+  Aligned64<uint16_t> a(packed4_x86::AmxArrangedValues(M, w.K)), b(packed4_x86::kAmxWorkValues);
+  packed4_x86::AmxArrange(static_cast<const uint16_t*>(A), M, w.K, a.data());
+  const int64_t sums_size = packed4_x86::AmxRowTiles(M) * kPackRows * kPackRows;
+  Aligned64<float> sums0(sums_size), sums1(sums_size);
+  const packed4_x86::AmxTiles tiles(packed4_x86::AmxTileRows(M));
+  int64_t t = t0;
+  if (packed4_x86::AmxRowTiles(M) > 4) {
+    for (; t + 1 < t1; t += 2) {
+      packed4_x86::TilePairBf16Amx(a.data(), M, w, code16, t, b.data(), sums0.data(), sums1.data());
+      StoreTile(dtype, sums0.data(), 0, M, w, t, bias, out);
+      StoreTile(dtype, sums1.data(), 0, M, w, t + 1, bias, out);
+    }
+  }
+  for (; t < t1; ++t) {
+    packed4_x86::TileBf16Amx(a.data(), M, w, code16, t, b.data(), sums0.data());
+    StoreTile(dtype, sums0.data(), 0, M, w, t, bias, out);
+  }
+}
+#endif
 
 // Rows of int8 activations per sweep over a thread's tiles: their 64 KB per 1024 columns stay in L2 while the
 // weight streams past.
@@ -270,25 +309,14 @@ void Gemm4Packed(DType dtype, const void* A, int64_t M, const Packed4& w, const 
 #if BNB_GEMV4_X86
   const PackedKernel kernel = Choose(dtype, M, bf16_products);
   const int64_t K = w.K;
+  if (kernel == PackedKernel::kAmx) return AmxProduct(dtype, A, M, w, code16, bias, out, t0, t1);
   // A as the kernels read it: one row as it is (float32 kernels: converted from float16 / bfloat16), several rows
   // arranged by group (group g's row r at (g * M + r) * 64): K apart, rows of 4 KB multiples share L1 sets.
   std::vector<uint16_t> a16;
   std::vector<float> a32;
   const void* a = A;
   const int64_t groups = K / kPackCols;
-  const int64_t amx_rows = M <= kPackRows ? M : (M + kPackRows - 1) / kPackRows * kPackRows;
-  if (kernel == PackedKernel::kAmx) {
-    // AMX: by group and tile of 16 rows (M <= 16: one tile of M rows), rows past M zero (TileBf16Amx).
-    const int64_t tile_rows = std::min(amx_rows, kPackRows), tiles = amx_rows / tile_rows;
-    a16.assign(amx_rows * K, 0);
-    for (int64_t g = 0; g < groups; ++g) {
-      for (int64_t r = 0; r < M; ++r) {
-        std::memcpy(&a16[((g * tiles + r / tile_rows) * tile_rows + r % tile_rows) * kPackCols],
-                    static_cast<const uint16_t*>(A) + r * K + g * kPackCols, kPackCols * sizeof(uint16_t));
-      }
-    }
-    a = a16.data();
-  } else if (kernel == PackedKernel::kBf16 && M > 1) {
+  if (kernel == PackedKernel::kBf16 && M > 1) {
     a16.resize(M * K);
     for (int64_t g = 0; g < groups; ++g) {
       for (int64_t r = 0; r < M; ++r) {
@@ -309,16 +337,6 @@ void Gemm4Packed(DType dtype, const void* A, int64_t M, const Packed4& w, const 
   }
   uint16_t table32[32];  // once per call, not per tile
   if (kernel == PackedKernel::kBf16) packed4_x86::Bf16CodeTable(code16, table32);
-  if (kernel == PackedKernel::kAmx) {
-    std::vector<float> sums(amx_rows * kPackRows);
-    alignas(64) uint16_t b[2048];  // whole cache lines a row of a B tile
-    const packed4_x86::AmxTiles tiles(std::min(amx_rows, kPackRows));
-    for (int64_t t = t0; t < t1; ++t) {
-      packed4_x86::TileBf16Amx(a16.data(), amx_rows, w, code16, t, b, sums.data());
-      StoreTile(dtype, sums.data(), 0, M, w, t, bias, out);
-    }
-    return;
-  }
   std::vector<float> sums(3 * M * kPackRows);  // TileF32Rows works in the rest
   for (int64_t t = t0; t < t1; ++t) {
     if (kernel == PackedKernel::kBf16 && M == 1) {

@@ -8,10 +8,13 @@
 // 32-bit lane j: row j's column pair 2p, 2p + 1, the pair TDPBF16PS takes); the high nibbles give the tile of the
 // next 32. The weight is scaled before the product, not each group's sums after (as the vdpbf16ps kernels do), so
 // a C tile sums over all of K without leaving the tile unit: stored and scaled every group, C's tiles ran at a
-// third of the unit's rate. Passes of up to 4 row tiles of A (4 C tiles) make each group's B tiles into a buffer
-// of two groups, in L1: the whole tile's (128 KB at K = 4096) made once for all passes spilled to L2, 3x slower.
-// A comes arranged by group (Gemm4Packed): rows K apart would share one L1 set where K * 2 bytes is a multiple of
-// 4 KB, more rows than its ways.
+// third of the unit's rate. Up to 4 row tiles of A (4 C tiles) take a tile of W at a time, each group's B tiles
+// made into a buffer of two groups, in L1: the whole tile's (128 KB at K = 4096) made once for all passes spilled
+// to L2, 3x slower. More row tiles take two tiles of W at a time over chunks of kAmxChunk groups: 2 x 2 C tiles,
+// so every A and B tile loaded feeds two products (A's tiles come from L2 at these sizes), and a chunk's B tiles,
+// made by its first pass over two row tiles, stay in L1 for the others. A is arranged (AmxArrange) so each tile
+// of it is 1 KB in one piece: rows K apart share one L1 set where K * 2 bytes is a multiple of 4 KB, and half
+// rows 128 bytes apart cost the A tile's loads two lines each.
 #include "bnb/core/gemm4_packed_x86.h"
 
 #if BNB_GEMV4_X86
@@ -71,6 +74,9 @@ BNB_TARGET_AMX void ReleaseTiles() { _tile_release(); }
 // it or vanish as dead.
 inline void CompilerSeesTileLoads() { asm volatile("" ::: "memory"); }
 
+// Every tile's rows are 64 bytes: A's 32 bfloat16 (a group's half), B's 16 column pairs, C's 16 float32.
+constexpr int64_t kRow = 64;
+
 // One group's B tiles (1 KB each, lo then hi) from its runs, the code values table and its block's scales.
 BNB_TARGET_AMX inline void DecodeGroup(const uint8_t* run, __m512 table, __m512 slo, __m512 shi, uint16_t* lo,
                                        uint16_t* hi) {
@@ -87,35 +93,56 @@ BNB_TARGET_AMX inline void DecodeGroup(const uint8_t* run, __m512 table, __m512 
   }
 }
 
-// Row tile i of a pass (C tile 4 + i) against a group's B tiles (loaded): C += A B. (GCC's tile intrinsics paste
-// their tile numbers into the instruction's text: literals only.)
-template <int kI>
-BNB_TARGET_AMX inline void RowTileProduct(const uint16_t* a, int64_t stride) {
-  _tile_loadd(0, a, stride);
-  _tile_loadd(1, a + 32, stride);
-  if constexpr (kI == 0) {
+// Row tile i of a pass (C tile 4 + i) against half h of a group's B tiles (loaded, tile 2 + h): C += A B, A's half
+// loaded into tile i % 2. A pass runs the first halves of all its row tiles, then the second ones: one C tile's
+// two products in a row would wait for each other. (GCC's tile intrinsics paste their tile numbers into the
+// instruction's text: literals only.)
+template <int kI, int kH>
+BNB_TARGET_AMX inline void HalfProduct(const uint16_t* a) {
+  constexpr int kCase = 2 * kI + kH;
+  if constexpr (kCase == 0) {
+    _tile_loadd(0, a, kRow);
     _tile_dpbf16ps(4, 0, 2);
-    _tile_dpbf16ps(4, 1, 3);
-  } else if constexpr (kI == 1) {
-    _tile_dpbf16ps(5, 0, 2);
+  } else if constexpr (kCase == 1) {
+    _tile_loadd(0, a, kRow);
+    _tile_dpbf16ps(4, 0, 3);
+  } else if constexpr (kCase == 2) {
+    _tile_loadd(1, a, kRow);
+    _tile_dpbf16ps(5, 1, 2);
+  } else if constexpr (kCase == 3) {
+    _tile_loadd(1, a, kRow);
     _tile_dpbf16ps(5, 1, 3);
-  } else if constexpr (kI == 2) {
+  } else if constexpr (kCase == 4) {
+    _tile_loadd(0, a, kRow);
     _tile_dpbf16ps(6, 0, 2);
-    _tile_dpbf16ps(6, 1, 3);
+  } else if constexpr (kCase == 5) {
+    _tile_loadd(0, a, kRow);
+    _tile_dpbf16ps(6, 0, 3);
+  } else if constexpr (kCase == 6) {
+    _tile_loadd(1, a, kRow);
+    _tile_dpbf16ps(7, 1, 2);
   } else {
-    _tile_dpbf16ps(7, 0, 2);
+    _tile_loadd(1, a, kRow);
     _tile_dpbf16ps(7, 1, 3);
   }
 }
 
-// A pass of kCount (1-4) row tiles of A from row tile i0 against the tile of W at codes, scales, their sums stored
-// to sums (row tile i's rows at sums + 256 i). Each group's B tiles are made into b (two groups' worth, 4 KB, so
-// they stay in L1 and one group's stores need not wait on the other's loads).
+// Half h of a group against kCount row tiles of A (row tile i's at a + i * step).
+template <int kCount, int kH>
+BNB_TARGET_AMX inline void HalfProducts(const uint16_t* a, int64_t step) {
+  HalfProduct<0, kH>(a);
+  if constexpr (kCount > 1) HalfProduct<1, kH>(a + step);
+  if constexpr (kCount > 2) HalfProduct<2, kH>(a + 2 * step);
+  if constexpr (kCount > 3) HalfProduct<3, kH>(a + 3 * step);
+}
+
+// A pass of kCount (1-4) row tiles of A from row tile i0 (A's row tile i at a + i * step) against the tile of W
+// at codes, scales, their sums stored to sums (row tile i's rows at sums + 256 i). Each group's B tiles are made
+// into b (two groups' worth, 4 KB, so they stay in L1 and one group's stores need not wait on the other's loads).
 template <int kCount>
-BNB_TARGET_AMX void Pass(const uint16_t* a, int64_t tiles, int64_t rows, int64_t i0, int64_t groups, uint16_t* b,
+BNB_TARGET_AMX void Pass(const uint16_t* a, int64_t step, int64_t rows, int64_t i0, int64_t groups, uint16_t* b,
                          const uint8_t* codes, const float* scales, int64_t per_block, __m512 table, float* sums) {
-  constexpr int64_t kStride = kPackCols * static_cast<int64_t>(sizeof(uint16_t));  // A's rows
-  constexpr int64_t kRow = 64;                                                      // B's and C's rows
+  const int64_t half = rows * kPackCols / 2;  // A's second half of a group
   _tile_zero(4);
   if constexpr (kCount > 1) _tile_zero(5);
   if constexpr (kCount > 2) _tile_zero(6);
@@ -129,11 +156,9 @@ BNB_TARGET_AMX void Pass(const uint16_t* a, int64_t tiles, int64_t rows, int64_t
     CompilerSeesTileLoads();
     _tile_loadd(2, lo, kRow);
     _tile_loadd(3, lo + 16 * 32, kRow);
-    const uint16_t* ag = a + (g * tiles + i0) * rows * kPackCols;
-    RowTileProduct<0>(ag, kStride);
-    if constexpr (kCount > 1) RowTileProduct<1>(ag + rows * kPackCols, kStride);
-    if constexpr (kCount > 2) RowTileProduct<2>(ag + 2 * rows * kPackCols, kStride);
-    if constexpr (kCount > 3) RowTileProduct<3>(ag + 3 * rows * kPackCols, kStride);
+    const uint16_t* ag = a + i0 * step + g * rows * kPackCols;
+    HalfProducts<kCount, 0>(ag, step);
+    HalfProducts<kCount, 1>(ag + half, step);
   }
   _tile_stored(4, sums + 256 * i0, kRow);
   if constexpr (kCount > 1) _tile_stored(5, sums + 256 * (i0 + 1), kRow);
@@ -141,7 +166,94 @@ BNB_TARGET_AMX void Pass(const uint16_t* a, int64_t tiles, int64_t rows, int64_t
   if constexpr (kCount > 3) _tile_stored(7, sums + 256 * (i0 + 3), kRow);
 }
 
+// Two tiles of W, t and t + 1: group g's four B tiles (t's first and second 32 columns, then t + 1's) made into
+// dst.
+struct TilePair {
+  const uint8_t* codes0;
+  const uint8_t* codes1;
+  const float* scales0;
+  const float* scales1;
+  int64_t per_block;
+  __m512 table;
+
+  BNB_TARGET_AMX void Decode(int64_t g, uint16_t* dst) const {
+    const uint8_t* run0 = codes0 + g * kPackGroupBytes;
+    const uint8_t* run1 = codes1 + g * kPackGroupBytes;
+    PrefetchGroup(run0);
+    PrefetchGroup(run1);
+    const __m512 s0 = _mm512_loadu_ps(scales0 + g / per_block * kPackRows);
+    const __m512 s1 = _mm512_loadu_ps(scales1 + g / per_block * kPackRows);
+    DecodeGroup(run0, table, PairScales<false>(s0), PairScales<true>(s0), dst, dst + 16 * 32);
+    DecodeGroup(run1, table, PairScales<false>(s1), PairScales<true>(s1), dst + 2 * 16 * 32, dst + 3 * 16 * 32);
+  }
+};
+
+// kRowTiles (1-2) row tiles of A from row tile i0 against a tile pair over groups [g0, g1): C tiles 4 + i (tile t)
+// and 6 + i (tile t + 1), so each A and B tile loaded feeds two products. Sums start at zero (g0 == 0) or from
+// sums0 / sums1 (row tile i's rows at + 256 i) and go back there. Group g's B tiles: at b + (g - g0) *
+// kAmxGroupValues, made there first where decode is set (a chunk's first pass), else left there by it.
+template <int kRowTiles>
+BNB_TARGET_AMX void PairPass(const uint16_t* a, int64_t step, int64_t rows, int64_t i0, int64_t g0, int64_t g1,
+                             bool decode, uint16_t* b, const TilePair& w, float* sums0, float* sums1) {
+  const int64_t half = rows * kPackCols / 2;
+  if (g0 == 0) {
+    _tile_zero(4);
+    _tile_zero(6);
+    if constexpr (kRowTiles > 1) {
+      _tile_zero(5);
+      _tile_zero(7);
+    }
+  } else {
+    _tile_loadd(4, sums0 + 256 * i0, kRow);
+    _tile_loadd(6, sums1 + 256 * i0, kRow);
+    if constexpr (kRowTiles > 1) {
+      _tile_loadd(5, sums0 + 256 * (i0 + 1), kRow);
+      _tile_loadd(7, sums1 + 256 * (i0 + 1), kRow);
+    }
+  }
+  for (int64_t g = g0; g < g1; ++g) {
+    uint16_t* b0 = b + (g - g0) * kAmxGroupValues;
+    const uint16_t* b1 = b0 + 2 * 16 * 32;
+    if (decode) w.Decode(g, b0);
+    CompilerSeesTileLoads();
+    const uint16_t* ag = a + i0 * step + g * rows * kPackCols;
+    for (int64_t h = 0; h < 2; ++h) {
+      _tile_loadd(0, ag + h * half, kRow);
+      _tile_loadd(2, b0 + h * 16 * 32, kRow);
+      _tile_dpbf16ps(4, 0, 2);
+      _tile_loadd(3, b1 + h * 16 * 32, kRow);
+      _tile_dpbf16ps(6, 0, 3);
+      if constexpr (kRowTiles > 1) {
+        _tile_loadd(1, ag + step + h * half, kRow);
+        _tile_dpbf16ps(5, 1, 2);
+        _tile_dpbf16ps(7, 1, 3);
+      }
+    }
+  }
+  _tile_stored(4, sums0 + 256 * i0, kRow);
+  _tile_stored(6, sums1 + 256 * i0, kRow);
+  if constexpr (kRowTiles > 1) {
+    _tile_stored(5, sums0 + 256 * (i0 + 1), kRow);
+    _tile_stored(7, sums1 + 256 * (i0 + 1), kRow);
+  }
+  CompilerSeesTileLoads();  // the chunk's next pass loads what these stored
+}
+
 }  // namespace
+
+void AmxArrange(const uint16_t* A, int64_t M, int64_t K, uint16_t* a) {
+  constexpr int64_t kHalf = kPackCols / 2;
+  const int64_t rows = AmxTileRows(M), groups = K / kPackCols;
+  std::memset(a, 0, AmxArrangedValues(M, K) * sizeof(uint16_t));
+  for (int64_t r = 0; r < M; ++r) {
+    uint16_t* tile = a + r / rows * groups * rows * kPackCols + r % rows * kHalf;
+    for (int64_t g = 0; g < groups; ++g) {
+      std::memcpy(tile + g * rows * kPackCols, A + r * K + g * kPackCols, kHalf * sizeof(uint16_t));
+      std::memcpy(tile + g * rows * kPackCols + rows * kHalf, A + r * K + g * kPackCols + kHalf,
+                  kHalf * sizeof(uint16_t));
+    }
+  }
+}
 
 bool HasAmxBf16() {
   static const bool has = AskForTiles();
@@ -157,14 +269,35 @@ BNB_TARGET_AMX void TileBf16Amx(const uint16_t* a, int64_t M, const Packed4& w, 
   const int64_t K = w.K, groups = K / kPackCols, per_block = w.blocksize / kPackCols;
   const uint8_t* codes = w.codes + t * groups * kPackGroupBytes;
   const float* scales = w.scales + t * (K / w.blocksize) * kPackRows;
-  const int64_t rows = M < kPackRows ? M : kPackRows, tiles = (M + kPackRows - 1) / kPackRows;
+  const int64_t rows = AmxTileRows(M), tiles = AmxRowTiles(M), step = groups * rows * kPackCols;
   CompilerSeesTileLoads();
   for (int64_t i0 = 0; i0 < tiles; i0 += 4) {
     switch (std::min<int64_t>(4, tiles - i0)) {
-      case 1: Pass<1>(a, tiles, rows, i0, groups, b, codes, scales, per_block, table, sums); break;
-      case 2: Pass<2>(a, tiles, rows, i0, groups, b, codes, scales, per_block, table, sums); break;
-      case 3: Pass<3>(a, tiles, rows, i0, groups, b, codes, scales, per_block, table, sums); break;
-      default: Pass<4>(a, tiles, rows, i0, groups, b, codes, scales, per_block, table, sums); break;
+      case 1: Pass<1>(a, step, rows, i0, groups, b, codes, scales, per_block, table, sums); break;
+      case 2: Pass<2>(a, step, rows, i0, groups, b, codes, scales, per_block, table, sums); break;
+      case 3: Pass<3>(a, step, rows, i0, groups, b, codes, scales, per_block, table, sums); break;
+      default: Pass<4>(a, step, rows, i0, groups, b, codes, scales, per_block, table, sums); break;
+    }
+  }
+}
+
+BNB_TARGET_AMX void TilePairBf16Amx(const uint16_t* a, int64_t M, const Packed4& w, const float* code16, int64_t t,
+                                    uint16_t* b, float* sums0, float* sums1) {
+  const int64_t K = w.K, groups = K / kPackCols, blocks = K / w.blocksize;
+  const uint8_t* codes0 = w.codes + t * groups * kPackGroupBytes;
+  const float* scales0 = w.scales + t * blocks * kPackRows;
+  const TilePair pair{codes0, codes0 + groups * kPackGroupBytes, scales0, scales0 + blocks * kPackRows,
+                      w.blocksize / kPackCols, _mm512_loadu_ps(code16)};
+  const int64_t rows = AmxTileRows(M), tiles = AmxRowTiles(M), step = groups * rows * kPackCols;
+  CompilerSeesTileLoads();
+  for (int64_t g0 = 0; g0 < groups; g0 += kAmxChunk) {
+    const int64_t g1 = std::min(groups, g0 + kAmxChunk);
+    for (int64_t i0 = 0; i0 < tiles; i0 += 2) {
+      if (tiles - i0 >= 2) {
+        PairPass<2>(a, step, rows, i0, g0, g1, i0 == 0, b, pair, sums0, sums1);
+      } else {
+        PairPass<1>(a, step, rows, i0, g0, g1, i0 == 0, b, pair, sums0, sums1);
+      }
     }
   }
 }

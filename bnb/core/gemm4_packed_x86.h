@@ -26,13 +26,24 @@ void TileBf16Rows(const uint16_t* a, int64_t M, const Packed4& w, const uint16_t
                   float* sums);
 
 // AMX (gemm4_packed_amx.cc). HasAmxBf16: AMX-TILE and AMX-BF16 here, and Linux granted this process the tile state
-// (asked once). AmxTiles configures this thread's tiles for A's row tiles of `rows` rows (M <= 16: M, else 16) for
-// its lifetime and releases them after. TileBf16Amx: M rows of bfloat16 A (M <= 16 or a multiple of 16, rows
-// past the caller's zero) arranged by group and tile of rows (group g's row r of row tile i at
-// a + ((g * tiles + i) * min(M, 16) + r) * 64) against tile t, inside an AmxTiles' lifetime: sums[r * 16 + j] for
-// A's row r and the tile's row j (as TileBf16Rows writes them), sums over all of K of bfloat16 A times the weight
-// rounded to bfloat16 (code value times scale in float32, rounded once: dequantize + a bfloat16 product's
-// values). b: work, 2048 bfloat16 values aligned to 64 bytes.
+// (asked once). A's rows go in row tiles of AmxTileRows(M) rows (M <= 16: M, else 16), AmxRowTiles(M) of them, the
+// rows past M zero; AmxArrange copies bfloat16 A (M x K) into that layout (AmxArrangedValues(M, K) values, aligned
+// to 64 bytes): row tile i, group g, half h (32 columns), row r at ((i * K / 64 + g) * 2 + h) * 32 * rows + r * 32,
+// so each tile of A is 1 KB in one piece and a pass reads its row tiles' groups in order. AmxTiles configures
+// this thread's tiles for rows for its lifetime and releases them after.
+// Inside an AmxTiles' lifetime, against tile t (TileBf16Amx) or tiles t and t + 1 (TilePairBf16Amx: each A and
+// B tile it loads feeds two products, for more than 4 row tiles): sums[r * 16 + j] (sums1: tile t + 1's) for A's
+// row r and the tile's row j, as TileBf16Rows writes them, over all of K of bfloat16 A times the weight rounded to
+// bfloat16 (code value times scale in float32, rounded once: dequantize + a bfloat16 product's values). sums:
+// 16 * 16 * AmxRowTiles(M) floats, aligned to 64 bytes. b: work, kAmxWorkValues bfloat16 values aligned to 64
+// bytes (the pair kernel's B tiles for kAmxChunk groups; TileBf16Amx uses two groups' worth).
+inline constexpr int64_t kAmxChunk = 4;
+inline constexpr int64_t kAmxGroupValues = 4 * 16 * 32;  // four B tiles
+inline constexpr int64_t kAmxWorkValues = kAmxChunk * kAmxGroupValues;
+inline int64_t AmxTileRows(int64_t M) { return M < kPackRows ? M : kPackRows; }
+inline int64_t AmxRowTiles(int64_t M) { return (M + kPackRows - 1) / kPackRows; }
+inline int64_t AmxArrangedValues(int64_t M, int64_t K) { return AmxRowTiles(M) * AmxTileRows(M) * K; }
+void AmxArrange(const uint16_t* A, int64_t M, int64_t K, uint16_t* a);
 bool HasAmxBf16();
 class AmxTiles {
  public:
@@ -43,6 +54,8 @@ class AmxTiles {
 };
 void TileBf16Amx(const uint16_t* a, int64_t M, const Packed4& w, const float* code16, int64_t t, uint16_t* b,
                  float* sums);
+void TilePairBf16Amx(const uint16_t* a, int64_t M, const Packed4& w, const float* code16, int64_t t, uint16_t* b,
+                     float* sums0, float* sums1);
 
 // One row of float32 A: exact code values, float32 multiply-adds, each block's sums scaled in float32.
 void TileF32One(const float* a, const Packed4& w, const float* code16, int64_t t, float* sums);

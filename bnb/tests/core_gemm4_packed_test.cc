@@ -132,8 +132,9 @@ TEST(Gemm4PackedAmx, IsTheBfloat16WeightsProductInFloat32) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
   std::uniform_int_distribution<int> byte(0, 255);
+  // K = 1344: 21 groups, a last chunk of one for the tile pairs of more than 4 row tiles (M 80, 100, 128).
   for (const auto& [N, K, bs] : {std::tuple<int64_t, int64_t, int64_t>{37, 192, 64}, {48, 1024, 256},
-                                 {20, 4096, 64}}) {
+                                 {20, 4096, 64}, {80, 1344, 64}}) {
     Weight w{N, K, bs, std::vector<uint8_t>(N * K / 2), std::vector<float>(N * K / bs)};
     for (auto& b : w.B) b = static_cast<uint8_t>(byte(rng));
     for (auto& v : w.absmax) v = std::fabs(normal(rng)) * 0.05f + 1e-3f;
@@ -149,7 +150,7 @@ TEST(Gemm4PackedAmx, IsTheBfloat16WeightsProductInFloat32) {
         weight[n * K + k] = BF16ToFloat(FloatToBF16(code16[code] * w.absmax[(n * K + k) / bs]));
       }
     }
-    for (int64_t M : {3, 16, 17, 64, 100, 128}) {
+    for (int64_t M : {3, 16, 17, 64, 80, 100, 128}) {
       ASSERT_EQ(std::string(Gemm4PackedKernelName(DType::kBFloat16, M)), "amx") << M;
       std::vector<float> a(M * K);
       for (auto& v : a) v = normal(rng);
@@ -185,7 +186,7 @@ TEST_P(EveryIsa, PackedProductIsExactOnIntegerData) {
   std::uniform_int_distribution<int> small(-3, 3);
   int ran = 0;
   for (const auto& [N, K, bs] : {std::tuple<int64_t, int64_t, int64_t>{37, 192, 64}, {16, 256, 128},
-                                 {33, 4096, 64}, {20, 512, 512}}) {
+                                 {33, 4096, 64}, {20, 512, 512}, {80, 1344, 64}}) {
     const Weight w = RandomWeight(N, K, bs, rng);
     std::vector<uint8_t> codes(Packed4CodeBytes(N, K));
     std::vector<float> scales(Packed4ScaleCount(N, K, bs));
@@ -273,7 +274,7 @@ TEST_P(EveryIsa, Int8ActivationProductFollowsItsDefinition) {
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (const auto& [N, K, bs] : {std::tuple<int64_t, int64_t, int64_t>{37, 192, 64}, {16, 256, 128},
-                                 {33, 4096, 64}, {20, 512, 512}}) {
+                                 {33, 4096, 64}, {20, 512, 512}, {80, 1344, 64}}) {
     Weight w = RandomWeight(N, K, bs, rng);
     for (auto& s : w.absmax) s *= 0.37f;  // scales that are not powers of two
     std::vector<uint8_t> codes(Packed4CodeBytes(N, K));
