@@ -62,9 +62,8 @@ bool VectorPacking() { return Choose(DType::kFloat32, true) != PackedKernel::kNo
 constexpr int64_t kMaxBf16Rows = 64;
 constexpr int64_t kMaxF32Rows = 128;
 constexpr int64_t kMaxF16Rows = 256;
-// AMX: to 64 rows 1.2-4x oneDNN's bfloat16 product on the dequantized weight (which reads 4x the bytes), a tie at
-// 128 on one thread (1.15x behind on two), slower beyond, where oneDNN's product runs on AMX too and slices of 128
-// rows tie the dense path (tools/bench/NOTES.md, 'AMX: tile pairs'): more rows take that.
+// AMX: a slice's A (up to 1 MB at K = 4096) stays in L2; at 128 rows 0.72-0.93x oneDNN's bfloat16 product on the
+// dequantized weight, which runs on AMX too (tools/bench/NOTES.md, 'AMX: tile pairs').
 constexpr int64_t kMaxAmxRows = 128;
 
 // n values from a 64-byte boundary (AMX tile rows: whole cache lines).
@@ -290,10 +289,11 @@ int64_t Gemm4PackedMaxRows(DType dtype, bool bf16_products) {
 
 int64_t Gemm4PackedDenseFrom(DType dtype, bool bf16_products) {
   // bfloat16 products: oneDNN's bfloat16 matmul runs nearer the vdpbf16ps ceiling than slices of 64 rows, which
-  // tie at 128 rows and lose from 256 (tools/bench/NOTES.md, 'Linear4bit's repack in place'); AMX: kMaxAmxRows.
+  // tie at 128 rows and lose from 256 (tools/bench/NOTES.md, 'Linear4bit's repack in place'). AMX: slices of
+  // kMaxAmxRows ran 0.96-1.23x oneDNN's product at 256-1024 rows, the dense path 1.13-2.45x ('AMX: tile pairs').
   switch (Choose(dtype, bf16_products)) {
     case PackedKernel::kBf16: return 2 * kMaxBf16Rows + 1;
-    case PackedKernel::kAmx: return kMaxAmxRows + 1;
+    case PackedKernel::kAmx:
     case PackedKernel::kF32:
     case PackedKernel::kNone: break;
   }

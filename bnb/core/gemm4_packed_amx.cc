@@ -34,7 +34,7 @@
 namespace bnb::core::packed4_x86 {
 namespace {
 
-#include "bnb/core/gemm4_packed_x86-inl.h"  // PrefetchGroup, PairScales
+#include "bnb/core/gemm4_packed_x86-inl.h"  // kAhead, PairScales
 
 // Linux grants a process AMX's tile data (8 KB more of state to save a thread) on request only
 // (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); torch's oneDNN asks the same.
@@ -73,6 +73,14 @@ BNB_TARGET_AMX void ReleaseTiles() { _tile_release(); }
 // GCC's _tile_loadd names no memory operand: without this, stores it reads (B's tiles, A's copy) might move past
 // it or vanish as dead.
 inline void CompilerSeesTileLoads() { asm volatile("" ::: "memory"); }
+
+// A group's codes and its scales, fetched into L2 ahead of its decode: L1 (PrefetchGroup's NTA) would lose them to
+// A's tiles streaming through it before the decode comes (tools/bench/NOTES.md, 'AMX: tile pairs').
+BNB_TARGET_AMX inline void PrefetchForDecode(const uint8_t* run, const float* scales) {
+#pragma GCC unroll 8
+  for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(run + 64 * l), _MM_HINT_T1);
+  _mm_prefetch(reinterpret_cast<const char*>(scales), _MM_HINT_T1);
+}
 
 // Every tile's rows are 64 bytes: A's 32 bfloat16 (a group's half), B's 16 column pairs, C's 16 float32.
 constexpr int64_t kRow = 64;
@@ -150,7 +158,7 @@ BNB_TARGET_AMX void Pass(const uint16_t* a, int64_t step, int64_t rows, int64_t 
   for (int64_t g = 0; g < groups; ++g) {
     uint16_t* lo = b + (g & 1) * 2 * 16 * 32;
     const uint8_t* run = codes + g * kPackGroupBytes;
-    PrefetchGroup(run);
+    PrefetchForDecode(run + kAhead, scales + (g + kAhead / kPackGroupBytes) / per_block * kPackRows);
     const __m512 sv = _mm512_loadu_ps(scales + g / per_block * kPackRows);
     DecodeGroup(run, table, PairScales<false>(sv), PairScales<true>(sv), lo, lo + 16 * 32);
     CompilerSeesTileLoads();
@@ -179,8 +187,9 @@ struct TilePair {
   BNB_TARGET_AMX void Decode(int64_t g, uint16_t* dst) const {
     const uint8_t* run0 = codes0 + g * kPackGroupBytes;
     const uint8_t* run1 = codes1 + g * kPackGroupBytes;
-    PrefetchGroup(run0);
-    PrefetchGroup(run1);
+    const int64_t ahead = g + kAmxChunk;  // the next chunk's group in this slot
+    PrefetchForDecode(codes0 + ahead * kPackGroupBytes, scales0 + ahead / per_block * kPackRows);
+    PrefetchForDecode(codes1 + ahead * kPackGroupBytes, scales1 + ahead / per_block * kPackRows);
     const __m512 s0 = _mm512_loadu_ps(scales0 + g / per_block * kPackRows);
     const __m512 s1 = _mm512_loadu_ps(scales1 + g / per_block * kPackRows);
     DecodeGroup(run0, table, PairScales<false>(s0), PairScales<true>(s0), dst, dst + 16 * 32);
