@@ -291,10 +291,13 @@ int64_t Gemm4PackedDenseFrom(DType dtype, bool bf16_products) {
   // bfloat16 products: oneDNN's bfloat16 matmul runs nearer the vdpbf16ps ceiling than slices of 64 rows, which
   // tie at 128 rows and lose from 256 (tools/bench/NOTES.md, 'Linear4bit's repack in place'). AMX: slices of
   // kMaxAmxRows ran 0.96-1.23x oneDNN's product at 256-1024 rows, the dense path 1.13-2.45x ('AMX: tile pairs').
+  // float32: slices of kMaxF32Rows tie the dense path at 256 rows on Zen 4 and lose to it from 256 on Sapphire
+  // Rapids, where oneDNN's float32 product runs nearer the FMA ceiling ('AMX: tile pairs'); float16 A: never (torch
+  // multiplies float16 slowly).
   switch (Choose(dtype, bf16_products)) {
     case PackedKernel::kBf16: return 2 * kMaxBf16Rows + 1;
+    case PackedKernel::kF32: return dtype == DType::kFloat32 ? 2 * kMaxF32Rows : 0;
     case PackedKernel::kAmx:
-    case PackedKernel::kF32:
     case PackedKernel::kNone: break;
   }
   return 0;
