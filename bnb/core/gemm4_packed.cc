@@ -22,6 +22,15 @@ bool Packed4Fits(int64_t N, int64_t K, int64_t blocksize) {
 
 namespace {
 
+bool HasAvx512Fp16() {
+#if BNB_GEMV4_X86
+  static const bool has = __builtin_cpu_supports("avx512fp16");
+  return has;
+#else
+  return false;
+#endif
+}
+
 // Which kernel a call takes: the bfloat16 ones where gemv4's dispatch would take its bfloat16 kernel, the float32
 // one where it would take its AVX-512 float32 kernel (K = 128 stands for any multiple of 128: the packed kernels
 // take any multiple of 64).
@@ -292,11 +301,14 @@ int64_t Gemm4PackedDenseFrom(DType dtype, bool bf16_products) {
   // tie at 128 rows and lose from 256 (tools/bench/NOTES.md, 'Linear4bit's repack in place'). AMX: slices of
   // kMaxAmxRows ran 0.96-1.23x oneDNN's product at 256-1024 rows, the dense path 1.13-2.45x ('AMX: tile pairs').
   // float32: slices of kMaxF32Rows tie the dense path at 256 rows on Zen 4 and lose to it from 256 on Sapphire
-  // Rapids, where oneDNN's float32 product runs nearer the FMA ceiling ('AMX: tile pairs'); float16 A: never (torch
-  // multiplies float16 slowly).
+  // Rapids, where oneDNN's float32 product runs nearer the FMA ceiling; float16: torch multiplies float16 as fast
+  // as float32 where the CPU has AVX512-FP16 (oneDNN's float16 product), far slower without (3.4x the kernel at
+  // 64-128 rows on Zen 4) (tools/bench/NOTES.md, 'float32 and float16 batches on Sapphire Rapids').
   switch (Choose(dtype, bf16_products)) {
     case PackedKernel::kBf16: return 2 * kMaxBf16Rows + 1;
-    case PackedKernel::kF32: return dtype == DType::kFloat32 ? 2 * kMaxF32Rows : 0;
+    case PackedKernel::kF32:
+      if (dtype == DType::kFloat32) return 2 * kMaxF32Rows;
+      return dtype == DType::kFloat16 && HasAvx512Fp16() ? kMaxF32Rows : 0;
     case PackedKernel::kAmx:
     case PackedKernel::kNone: break;
   }
