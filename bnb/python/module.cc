@@ -161,6 +161,13 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("dtype"), py::arg("M"),
   "The CPU kernel gemm_4bit_packed runs for M rows of A of this dtype (one call; more rows run as slices): amx, "
   "avx512bf16, avx512 or none, after the cpu.isa cap, cpu.amx and cpu.gemv_bf16_products.");
+  m.def("gemm4_packed_dense_from", [](const std::string& dtype) {
+    const bnb::core::CpuSettings settings = Unwrap(bnb::core::CurrentCpuSettings());  // applies the cap first
+    return bnb::core::Gemm4PackedDenseFrom(ParseFloatDType("gemm4_packed_dense_from", dtype),
+                                           settings.gemv_bf16_products);
+  }, py::arg("dtype"),
+  "Rows of A of this dtype from which gemm_4bit_packed dequantizes the weight in bands and multiplies by addmm "
+  "instead of running its kernel in slices (0: never), after the cpu.isa cap, cpu.amx and cpu.gemv_bf16_products.");
   m.def("gemm4_packed_int8_runs", [] {
     Unwrap(bnb::core::CurrentCpuSettings());  // applies the cap first
     return bnb::core::Gemm4PackedInt8Runs();

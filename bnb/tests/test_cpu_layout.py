@@ -73,7 +73,7 @@ def test_a_no_grad_call_repacks_in_place_and_holds_the_weight_once(N, storage):
 @needs_kernel
 @pytest.mark.parametrize("dtype, rows", [(torch.bfloat16, 1), (torch.bfloat16, 16), (torch.bfloat16, 100),
                                          (torch.bfloat16, 300), (torch.float32, 3), (torch.float32, 300),
-                                         (torch.float16, 5)])
+                                         (torch.float16, 5), (torch.float16, 300)])
 def test_products_are_the_tiled_kernels_at_any_rows(dtype, rows):
     lin, before = repacked(dtype=dtype)
     x = torch.randn(rows, 256).to(dtype)
@@ -83,7 +83,8 @@ def test_products_are_the_tiled_kernels_at_any_rows(dtype, rows):
     codes, scales = torch.ops.bnb.pack_4bit(B, [72, 256], F._absmax_of(state), 64)
     bias = before.bias.to(dtype)
     cap = max(m for m in (1, 64, 128, 256) if _C.gemm4_packed_runs(str(dtype), m))
-    if dtype == torch.bfloat16 and rows > 2 * cap:  # bfloat16 products: the weight dequantized, then addmm
+    dense_from = _C.gemm4_packed_dense_from(str(dtype))
+    if 0 < dense_from <= rows:  # the weight dequantized, then addmm
         W = F.dequantize_4bit(B, state).to(dtype)  # the same values: code * scale in float32, rounded once
         assert torch.equal(got, torch.addmm(bias, x, W.t()))
     else:  # more rows than one kernel call takes: equal slices, each the kernel's call on those rows, bit for bit
