@@ -94,6 +94,13 @@ void StoreTile(DType dtype, const float* sums, int64_t r0, int64_t rows, const P
   if (bias != nullptr) {
     for (int64_t j = 0; j < tile_rows; ++j) add[j] = LoadAsFloat(dtype, bias, t * kPackRows + j);
   }
+#if BNB_GEMV4_X86  // every caller runs on AVX-512
+  void* first = static_cast<char*>(out) + (r0 * w.N + t * kPackRows) * DTypeSize(dtype);
+  if (tile_rows == kPackRows &&
+      packed4_x86::StoreTileRows(dtype, sums, rows, bias == nullptr ? nullptr : add, first, w.N)) {
+    return;
+  }
+#endif
   // Row by row: each row's 16 outputs are adjacent in out (a column at a time would touch a line per value).
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = sums + r * kPackRows;

@@ -476,6 +476,27 @@ BNB_TARGET_AVX512VNNI void TileInt8Rows(const Int8Activations& a, int64_t r0, in
   }
 }
 
+BNB_TARGET_AVX512 bool StoreTileRows(DType dtype, const float* sums, int64_t rows, const float* add, void* out,
+                                     int64_t ld) {
+  if (dtype == DType::kFloat16) return false;
+  const __m512 bias = add == nullptr ? _mm512_setzero_ps() : _mm512_loadu_ps(add);
+  for (int64_t r = 0; r < rows; ++r) {
+    __m512 v = _mm512_loadu_ps(sums + r * kPackRows);
+    if (add != nullptr) v = _mm512_add_ps(v, bias);  // no bias, no addition: -0 stays -0
+    if (dtype == DType::kFloat32) {
+      _mm512_storeu_ps(static_cast<float*>(out) + r * ld, v);
+      continue;
+    }
+    // FloatToBF16, 16 lanes: round to nearest even on the bits, NaN as 0x7FC0.
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    __m512i half = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), odd)), 16);
+    half = _mm512_mask_mov_epi32(half, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out) + r * ld), _mm512_cvtepi32_epi16(half));
+  }
+  return true;
+}
+
 void Bf16CodeTable(const float* code16, uint16_t* table32) {
   for (int i = 0; i < 32; ++i) table32[i] = FloatToBF16(code16[i % 16]);
 }

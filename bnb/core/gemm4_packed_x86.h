@@ -15,6 +15,11 @@ void PackTileCodes(const uint8_t* B, int64_t K, int64_t t, uint8_t* codes);
 // The inverse for a whole tile: its 16 rows' bitsandbytes bytes, row j at rows + j * K / 2.
 void UnpackTileCodes(const uint8_t* codes, int64_t K, int64_t t, uint8_t* rows);
 
+// The rows of a whole tile's sums (sums[r * 16 + j]), plus add[j] where add is not null, each rounded once to
+// dtype into out + r * ld (elements): true for float32 and bfloat16 (FloatToBF16's rule, every NaN 0x7FC0), false
+// for float16 (the caller's scalar loop).
+bool StoreTileRows(DType dtype, const float* sums, int64_t rows, const float* add, void* out, int64_t ld);
+
 // Each writes tile t's float32 sums for the rows of A: sums[r * 16 + j] for A's row r and the tile's row j.
 // table32: the 16 code values rounded to bfloat16, twice (vpermw reads 5 index bits): Bf16CodeTable.
 void Bf16CodeTable(const float* code16, uint16_t* table32);
