@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "bnb/core/blockwise4.h"
@@ -75,15 +76,16 @@ constexpr int64_t kMaxF16Rows = 256;
 // dequantized weight, which runs on AMX too (tools/bench/NOTES.md, 'AMX: tile pairs').
 constexpr int64_t kMaxAmxRows = 128;
 
-// n values from a 64-byte boundary (AMX tile rows: whole cache lines).
+// n values from a 64-byte boundary (AMX tile rows: whole cache lines), not initialized: every user writes them
+// before it reads them.
 template <class T>
 class Aligned64 {
  public:
-  explicit Aligned64(int64_t n) : values_(n + 64 / sizeof(T)) {}
-  T* data() { return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(values_.data()) + 63) & ~uintptr_t{63}); }
+  explicit Aligned64(int64_t n) : values_(new T[n + 64 / sizeof(T)]) {}
+  T* data() { return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(values_.get()) + 63) & ~uintptr_t{63}); }
 
  private:
-  std::vector<T> values_;
+  std::unique_ptr<T[]> values_;
 };
 
 // Tile t's sums for rows [r0, r0 + rows) (sums[(r - r0) * 16 + j]) plus bias, each rounded once into out.

@@ -253,13 +253,17 @@ BNB_TARGET_AMX void PairPass(const uint16_t* a, int64_t step, int64_t rows, int6
 void AmxArrange(const uint16_t* A, int64_t M, int64_t K, uint16_t* a) {
   constexpr int64_t kHalf = kPackCols / 2;
   const int64_t rows = AmxTileRows(M), groups = K / kPackCols;
-  std::memset(a, 0, AmxArrangedValues(M, K) * sizeof(uint16_t));
-  for (int64_t r = 0; r < M; ++r) {
+  for (int64_t r = 0; r < AmxRowTiles(M) * rows; ++r) {  // rows past M: zero
     uint16_t* tile = a + r / rows * groups * rows * kPackCols + r % rows * kHalf;
     for (int64_t g = 0; g < groups; ++g) {
-      std::memcpy(tile + g * rows * kPackCols, A + r * K + g * kPackCols, kHalf * sizeof(uint16_t));
-      std::memcpy(tile + g * rows * kPackCols + rows * kHalf, A + r * K + g * kPackCols + kHalf,
-                  kHalf * sizeof(uint16_t));
+      for (int64_t h = 0; h < 2; ++h) {
+        uint16_t* half = tile + g * rows * kPackCols + h * rows * kHalf;
+        if (r < M) {
+          std::memcpy(half, A + r * K + g * kPackCols + h * kHalf, kHalf * sizeof(uint16_t));
+        } else {
+          std::memset(half, 0, kHalf * sizeof(uint16_t));
+        }
+      }
     }
   }
 }
