@@ -295,7 +295,7 @@ BNB_TARGET_AMX void TileBf16Amx(const uint16_t* a, int64_t M, const Packed4& w, 
 }
 
 BNB_TARGET_AMX void TilePairBf16Amx(const uint16_t* a, int64_t M, const Packed4& w, const float* code16, int64_t t,
-                                    uint16_t* b, float* sums0, float* sums1) {
+                                    int64_t g_begin, int64_t g_end, uint16_t* b, float* sums0, float* sums1) {
   const int64_t K = w.K, groups = K / kPackCols, blocks = K / w.blocksize;
   const uint8_t* codes0 = w.codes + t * groups * kPackGroupBytes;
   const float* scales0 = w.scales + t * blocks * kPackRows;
@@ -303,8 +303,8 @@ BNB_TARGET_AMX void TilePairBf16Amx(const uint16_t* a, int64_t M, const Packed4&
                       w.blocksize / kPackCols, _mm512_loadu_ps(code16)};
   const int64_t rows = AmxTileRows(M), tiles = AmxRowTiles(M), step = groups * rows * kPackCols;
   CompilerSeesTileLoads();
-  for (int64_t g0 = 0; g0 < groups; g0 += kAmxChunk) {
-    const int64_t g1 = std::min(groups, g0 + kAmxChunk);
+  for (int64_t g0 = g_begin; g0 < g_end; g0 += kAmxChunk) {
+    const int64_t g1 = std::min(g_end, g0 + kAmxChunk);
     for (int64_t i0 = 0; i0 < tiles; i0 += 2) {
       if (tiles - i0 >= 2) {
         PairPass<2>(a, step, rows, i0, g0, g1, i0 == 0, b, pair, sums0, sums1);

@@ -39,7 +39,9 @@ void TileBf16Rows(const uint16_t* a, int64_t M, const Packed4& w, const uint16_t
 // Inside an AmxTiles' lifetime, against tile t (TileBf16Amx) or tiles t and t + 1 (TilePairBf16Amx: each A and
 // B tile it loads feeds two products, for more than 4 row tiles): sums[r * 16 + j] (sums1: tile t + 1's) for A's
 // row r and the tile's row j, as TileBf16Rows writes them, over all of K of bfloat16 A times the weight rounded to
-// bfloat16 (code value times scale in float32, rounded once: dequantize + a bfloat16 product's values). sums:
+// bfloat16 (code value times scale in float32, rounded once: dequantize + a bfloat16 product's values); the pair
+// kernel over groups [g_begin, g_end) of K (g_begin a multiple of kAmxChunk), adding to the sums there unless
+// g_begin is 0, so a caller can run all its tiles over one block of K, whose A stays in L2, then the next. sums:
 // 16 * 16 * AmxRowTiles(M) floats, aligned to 64 bytes. b: work, kAmxWorkValues bfloat16 values aligned to 64
 // bytes (the pair kernel's B tiles for kAmxChunk groups; TileBf16Amx uses two groups' worth).
 inline constexpr int64_t kAmxChunk = 4;
@@ -59,8 +61,8 @@ class AmxTiles {
 };
 void TileBf16Amx(const uint16_t* a, int64_t M, const Packed4& w, const float* code16, int64_t t, uint16_t* b,
                  float* sums);
-void TilePairBf16Amx(const uint16_t* a, int64_t M, const Packed4& w, const float* code16, int64_t t, uint16_t* b,
-                     float* sums0, float* sums1);
+void TilePairBf16Amx(const uint16_t* a, int64_t M, const Packed4& w, const float* code16, int64_t t, int64_t g_begin,
+                     int64_t g_end, uint16_t* b, float* sums0, float* sums1);
 
 // One row of float32 A: exact code values, float32 multiply-adds, each block's sums scaled in float32.
 void TileF32One(const float* a, const Packed4& w, const float* code16, int64_t t, float* sums);

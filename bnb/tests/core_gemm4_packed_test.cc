@@ -132,9 +132,10 @@ TEST(Gemm4PackedAmx, IsTheBfloat16WeightsProductInFloat32) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
   std::uniform_int_distribution<int> byte(0, 255);
-  // K = 1344: 21 groups, a last chunk of one for the tile pairs of more than 4 row tiles (M 80, 100, 128).
+  // K = 1344: 21 groups, a last chunk of one for the tile pairs of more than 4 row tiles (M 80, 100, 128). K = 8256:
+  // 129 groups, more than one K block of the pair kernel (1 MB of A a block: 64 groups at 128 rows, 100 at 80).
   for (const auto& [N, K, bs] : {std::tuple<int64_t, int64_t, int64_t>{37, 192, 64}, {48, 1024, 256},
-                                 {20, 4096, 64}, {80, 1344, 64}}) {
+                                 {20, 4096, 64}, {80, 1344, 64}, {48, 8256, 64}}) {
     Weight w{N, K, bs, std::vector<uint8_t>(N * K / 2), std::vector<float>(N * K / bs)};
     for (auto& b : w.B) b = static_cast<uint8_t>(byte(rng));
     for (auto& v : w.absmax) v = std::fabs(normal(rng)) * 0.05f + 1e-3f;
