@@ -72,9 +72,10 @@ bool VectorPacking() { return Choose(DType::kFloat32, true) != PackedKernel::kNo
 constexpr int64_t kMaxBf16Rows = 64;
 constexpr int64_t kMaxF32Rows = 128;
 constexpr int64_t kMaxF16Rows = 256;
-// AMX: a slice's A (up to 1 MB at K = 4096) stays in L2; at 128 rows 0.72-0.93x oneDNN's bfloat16 product on the
-// dequantized weight, which runs on AMX too (tools/bench/NOTES.md, 'AMX: tile pairs').
-constexpr int64_t kMaxAmxRows = 128;
+// AMX: at 128 rows 0.67-0.90x oneDNN's bfloat16 product on the dequantized weight, which runs on AMX too; slices
+// of 256 rows (the pair kernel's K blocks keep their A in L2) decode the weight half as often as slices of 128 and
+// measured 0.78-1.00x at 256-512 rows against 0.82-1.12x (tools/bench/NOTES.md, 'AMX: tile pairs').
+constexpr int64_t kMaxAmxRows = 256;
 
 // n values from a 64-byte boundary (AMX tile rows: whole cache lines), not initialized: every user writes them
 // before it reads them.
@@ -320,8 +321,8 @@ int64_t Gemm4PackedMaxRows(DType dtype, bool bf16_products) {
 
 int64_t Gemm4PackedDenseFrom(DType dtype, bool bf16_products) {
   // bfloat16 products: oneDNN's bfloat16 matmul runs nearer the vdpbf16ps ceiling than slices of 64 rows, which
-  // tie at 128 rows and lose from 256 (tools/bench/NOTES.md, 'Linear4bit's repack in place'). AMX: slices of
-  // kMaxAmxRows ran 0.96-1.23x oneDNN's product at 256-1024 rows, the dense path 1.13-2.45x ('AMX: tile pairs').
+  // tie at 128 rows and lose from 256 (tools/bench/NOTES.md, 'Linear4bit's repack in place'). AMX: slices ran
+  // 0.78-1.09x oneDNN's product at 256-1024 rows, the dense path 1.13-2.45x ('AMX: tile pairs').
   // float32: slices of kMaxF32Rows tie the dense path at 256 rows on Zen 4 and lose to it from 256 on Sapphire
   // Rapids, where oneDNN's float32 product runs nearer the FMA ceiling; float16: torch multiplies float16 as fast
   // as float32 where the CPU has AVX512-FP16 (oneDNN's float16 product), far slower without (3.4x the kernel at

@@ -151,7 +151,7 @@ TEST(Gemm4PackedAmx, IsTheBfloat16WeightsProductInFloat32) {
         weight[n * K + k] = BF16ToFloat(FloatToBF16(code16[code] * w.absmax[(n * K + k) / bs]));
       }
     }
-    for (int64_t M : {3, 16, 17, 64, 80, 100, 128}) {
+    for (int64_t M : {3, 16, 17, 64, 80, 100, 128, 200, 256}) {
       ASSERT_EQ(std::string(Gemm4PackedKernelName(DType::kBFloat16, M)), "amx") << M;
       std::vector<float> a(M * K);
       for (auto& v : a) v = normal(rng);
@@ -195,7 +195,7 @@ TEST_P(EveryIsa, PackedProductIsExactOnIntegerData) {
     const Packed4 packed{codes.data(), scales.data(), N, K, bs};
     for (DType dtype : {DType::kBFloat16, DType::kFloat32, DType::kFloat16}) {
       for (bool bf16_products : {true, false}) {
-        for (int64_t M : {1, 2, 3, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128}) {
+        for (int64_t M : {1, 2, 3, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128, 200, 256}) {
           for (bool amx : {false, true}) {  // the AVX512-BF16 kernels, then AMX where the CPU has it (cpu.amx)
             const AmxSwitch amx_switch(amx);
             if (!Gemm4PackedRuns(dtype, M, bf16_products)) continue;
