@@ -19,6 +19,7 @@
 #include <limits>
 
 #include "bnb/core/dtype.h"
+#include "bnb/core/round16_x86.h"
 
 #define BNB_TARGET_AVX512 __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq")))
 #define BNB_TARGET_AVX512BF16 __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
@@ -487,11 +488,7 @@ BNB_TARGET_AVX512 bool StoreTileRows(DType dtype, const float* sums, int64_t row
       _mm512_storeu_ps(static_cast<float*>(out) + r * ld, v);
       continue;
     }
-    // FloatToBF16, 16 lanes: round to nearest even on the bits, NaN as 0x7FC0.
-    const __m512i bits = _mm512_castps_si512(v);
-    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-    __m512i half = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), odd)), 16);
-    half = _mm512_mask_mov_epi32(half, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+    const __m512i half = round16_x86::Round16<DType::kBFloat16>(v);  // FloatToBF16's rule
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out) + r * ld), _mm512_cvtepi32_epi16(half));
   }
   return true;

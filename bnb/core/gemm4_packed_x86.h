@@ -17,7 +17,7 @@ void UnpackTileCodes(const uint8_t* codes, int64_t K, int64_t t, uint8_t* rows);
 
 // The rows of a whole tile's sums (sums[r * 16 + j]), plus add[j] where add is not null, each rounded once to
 // dtype into out + r * ld (elements): true for float32 and bfloat16 (FloatToBF16's rule, every NaN 0x7FC0), false
-// for float16 (the caller's scalar loop).
+// for float16 (the caller's scalar loop: vcvtps2ph keeps a NaN's payload bits, FloatToHalf does not).
 bool StoreTileRows(DType dtype, const float* sums, int64_t rows, const float* add, void* out, int64_t ld);
 
 // Each writes tile t's float32 sums for the rows of A: sums[r * 16 + j] for A's row r and the tile's row j.
