@@ -74,7 +74,7 @@ BNB_TARGET_AMX void ReleaseTiles() { _tile_release(); }
 // it or vanish as dead.
 inline void CompilerSeesTileLoads() { asm volatile("" ::: "memory"); }
 
-// A group's codes and its scales, fetched into L2 ahead of its decode: L1 (PrefetchGroup's NTA) would lose them to
+// A group's codes and its scales, fetched into L2 ahead of its decode: into L1 (NTA) they would be lost to
 // A's tiles streaming through it before the decode comes (tools/bench/NOTES.md, 'AMX: tile pairs').
 BNB_TARGET_AMX inline void PrefetchForDecode(const uint8_t* run, const float* scales) {
 #pragma GCC unroll 8

@@ -1,12 +1,17 @@
 // Helpers both kernel files of the packed product share (gemm4_packed_x86.cc, gemm4_packed_amx.cc), included
 // after <immintrin.h> inside namespace bnb::core::packed4_x86's anonymous namespace.
 
-// Non-temporal prefetch this far ahead in the codes, which one call reads once, as one stream.
+// How far ahead in the codes (one stream a tile) the AMX kernel's decode prefetches: a chunk of groups.
 constexpr int64_t kAhead = 2048;
+
+// The AVX-512 kernels' prefetch of a group's codes, 8 groups ahead, into L2: on Sapphire/Emerald Rapids one core
+// reads memory near its limit only with this many lines requested ahead (NTA 4 groups ahead, into L1, ran one
+// token 1.4x slower there); on Zen 4 the hardware prefetchers carry the stream either way (tools/bench/NOTES.md).
+constexpr int64_t kGroupAhead = 4096;
 
 inline void PrefetchGroup(const uint8_t* run) {
 #pragma GCC unroll 8
-  for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(run + kAhead + 64 * l), _MM_HINT_NTA);
+  for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(run + kGroupAhead + 64 * l), _MM_HINT_T1);
 }
 
 // Each row's scale in both lanes of its pair: rows 0-7 (kHigh false) or 8-15 of a tile's 16 scales.

@@ -59,8 +59,19 @@ BNB_TARGET_AVX512 inline __m512 LaneScales(const float* absmax, int64_t f, int b
 // ~60% of a copy's bandwidth; for one token 256-2048 bytes ahead measured alike, for small batches, which read a
 // row a slice at a time, 2048 beat 512 by 6-11% (tools/bench/NOTES.md, '4-bit gemv on AVX-512' and 'Small batches:
 // dequantized bfloat16 tables'). Non-temporal (NTA): a call reads each weight byte once; on weights not in cache
-// one and two rows ran 15-20% faster than with T0, cached weights alike ('Small batches: scale prefetch, NTA').
+// one and two rows ran 15-20% faster than with T0 on Zen 4, cached weights alike ('Small batches: scale prefetch,
+// NTA'). On Intel's Sapphire/Emerald Rapids NTA (into L1 only) left one core's stream short of requests in flight:
+// there into L2 (T1), one token 1.15-1.3x faster ('Prefetch into L2 on Sapphire Rapids').
 constexpr int64_t kPrefetchBytes = 2048;
+
+inline void PrefetchCodes(const uint8_t* p) {
+  static const bool into_l2 = __builtin_cpu_is("intel");
+  if (into_l2) {
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+  } else {
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_NTA);
+  }
+}
 
 // With a chunk's bytes, the block scales kPrefetchBytes of codes ahead (2 * kPrefetchBytes elements): a weight that
 // is not cached has cold scales too (blocks of 64: 1/16 of its bytes), which were the kernels' largest stall.
@@ -73,7 +84,7 @@ inline void PrefetchScales(const float* absmax, int64_t f, int block_shift) {
 // inlines only into one compiled for at least its instruction sets, and the bfloat16 chunk needs AVX512-BF16).
 #define BNB_ROW_STEP(c)                                                                                       \
   {                                                                                                                  \
-    _mm_prefetch(reinterpret_cast<const char*>(row_bytes + (c) * (kChunk / 2) + kPrefetchBytes), _MM_HINT_NTA);     \
+    PrefetchCodes(row_bytes + (c) * (kChunk / 2) + kPrefetchBytes);                                                  \
     PrefetchScales(absmax, row_first + (c) * kChunk, block_shift);                                                   \
     chunk(row_bytes + (c) * (kChunk / 2), c, p, q);                                                                  \
   }
@@ -200,7 +211,7 @@ struct SliceF32 {
 #pragma GCC unroll 8
     for (int r = 0; r < M; ++r) t[r] = _mm512_load_ps(saved + 16 * r), p[r] = _mm512_setzero_ps();
     for (int64_t c = c0; c < c1; ++c) {
-      _mm_prefetch(reinterpret_cast<const char*>(row + c * (kChunk / 2) + kPrefetchBytes), _MM_HINT_NTA);
+      PrefetchCodes(row + c * (kChunk / 2) + kPrefetchBytes);
       PrefetchScales(absmax, n * K + c * kChunk, block_shift);
       const __m512i x = _mm512_loadu_si512(row + c * (kChunk / 2));
       __m512 code[8];
@@ -313,7 +324,7 @@ struct SliceBf16 {
 #pragma GCC unroll 2
       for (int w = 0; w < R; ++w) {
         const uint8_t* bytes = B + (n + w) * (K / 2) + c * (kChunk / 2);
-        _mm_prefetch(reinterpret_cast<const char*>(bytes + kPrefetchBytes), _MM_HINT_NTA);
+        PrefetchCodes(bytes + kPrefetchBytes);
         PrefetchScales(absmax, (n + w) * K + c * kChunk, block_shift);
         ScaledCodes<kG>(_mm512_loadu_si512(bytes), code16v, absmax, ((n + w) * K + c * kChunk) >> block_shift,
                         code[w]);
@@ -550,7 +561,7 @@ BNB_TARGET_AVX512BF16 void RowGroupBf16(__m512i table, const uint16_t* a, const 
 #pragma GCC unroll 8
     for (int w = 0; w < R; ++w) {
       const uint8_t* bytes = B + (m + w) * (K / 2) + c * (kChunk / 2);
-      _mm_prefetch(reinterpret_cast<const char*>(bytes + kPrefetchBytes), _MM_HINT_NTA);
+      PrefetchCodes(bytes + kPrefetchBytes);
       PrefetchScales(absmax, (m + w) * K + c * kChunk, block_shift);
       x[w] = _mm512_loadu_si512(bytes);
       p[w] = _mm512_setzero_ps();
