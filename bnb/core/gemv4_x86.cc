@@ -64,9 +64,12 @@ BNB_TARGET_AVX512 inline __m512 LaneScales(const float* absmax, int64_t f, int b
 // there into L2 (T1), one token 1.15-1.3x faster ('Prefetch into L2 on Sapphire Rapids').
 constexpr int64_t kPrefetchBytes = 2048;
 
+// Read once at load (a function-local static would test its guard on every chunk); __builtin_cpu_init first, as a
+// static initializer may run before libgcc's own.
+const bool kPrefetchIntoL2 = (__builtin_cpu_init(), __builtin_cpu_is("intel"));
+
 inline void PrefetchCodes(const uint8_t* p) {
-  static const bool into_l2 = __builtin_cpu_is("intel");
-  if (into_l2) {
+  if (kPrefetchIntoL2) {
     _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
   } else {
     _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_NTA);
