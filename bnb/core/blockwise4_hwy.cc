@@ -190,6 +190,7 @@ HWY_INLINE void SixteenBlockAbsmax(const void* x, int64_t lo, int64_t bs, float*
     const char* p = static_cast<const char*>(x) + (lo + j * bs) * kSize;
     __m512i v = _mm512_setzero_si512();
     for (int64_t off = 0; off < bs * kSize; off += 64) {
+      hwy::Prefetch(p + off + kStreamAheadBytes);
       const __m512i bits = _mm512_and_si512(_mm512_loadu_si512(p + off), magnitude);
       v = kWide ? _mm512_max_epi32(v, bits) : _mm512_max_epi16(v, bits);
     }
@@ -355,7 +356,7 @@ void QuantizeWith(const void* x, const Codebook4& cb, const Search4& search, con
       const VF vscale = hn::Set(df, amax);
       // The next block's absmax pass then reads from cache while this loop computes.
       for (; i < vec_end; i += N) {
-        if (prefetch && (i & 15) == 0) PrefetchElements<kT>(x, i + r.blocksize, 16);
+        if (prefetch && (i & 15) == 0) PrefetchElements<kT>(x, i + StreamAhead<kT>(r.blocksize), 16);
         StorePositions(search.Position(hn::Div(LoadF32<kT>(x, i), vscale)), c + (i - lo));
       }
     }
@@ -395,7 +396,7 @@ HWY_INLINE void QuantizePacked32(const void* x, const Codebook4& cb, const Block
     int64_t i = lo;
     if (std::isfinite(amax) && amax != 0.0f) {
       i = lo + (hi - lo) / 32 * 32;
-      runs(lo, i, amax, !in_l1 && b + 1 < r.block_end ? r.blocksize : 0);
+      runs(lo, i, amax, !in_l1 && b + 1 < r.block_end ? StreamAhead<kT>(r.blocksize) : 0);
     }
     for (; i + 1 < hi; i += 2) packed[i / 2] = static_cast<uint8_t>((code_at(i, amax) << 4) | code_at(i + 1, amax));
     if (i < hi) packed[i / 2] = static_cast<uint8_t>(code_at(i, amax) << 4);  // an odd n's last: PadOddEnd4's nibble
@@ -741,8 +742,8 @@ HWY_INLINE int64_t DequantizeByBytePlanes(const uint8_t* packed, const RegTable<
 
 // 16-bit outputs, and float32 ones where a vector holds 4 floats (the 16-entry lookup then takes 4 registers),
 // go by byte planes; float32 on wider vectors keeps the per-element lookup, as fast or faster there (figures:
-// tools/bench/NOTES.md, '4-bit dequantize by byte planes'). float32 outputs take regular stores: streaming ones are
-// no faster (tools/bench/NOTES.md, 'Streaming stores'), while 16-bit outputs gain from them.
+// tools/bench/NOTES.md, '4-bit dequantize by byte planes'). Outputs StreamableOutput takes stream, float32 too:
+// no faster on Zen 3, 2.2x on Sapphire / Emerald Rapids (tools/bench/NOTES.md, 'Streaming stores').
 template <DType kT>
 void DequantizeT(const uint8_t* packed, const float* absmax, const float* code16, const Blockwise4Range& r,
                  void* out) {
@@ -761,7 +762,7 @@ void DequantizeT(const uint8_t* packed, const float* absmax, const float* code16
   const auto odd = hn::MaskFromVec(hn::Load(di, odd_lanes));
   const VI nibble = hn::Set(di, 0x0F);
   constexpr bool kBytePlanes = kT != DType::kFloat32 || kN <= 4;
-  const bool stream = kT != DType::kFloat32 && StreamableOutput(out, r.n * DTypeSize(kT) + (r.n + 1) / 2);
+  const bool stream = StreamableOutput(out, r.n * DTypeSize(kT) + (r.n + 1) / 2);
 
   for (int64_t b = r.block_begin; b < r.block_end; ++b) {
     const int64_t lo = b * r.blocksize;
@@ -776,22 +777,25 @@ void DequantizeT(const uint8_t* packed, const float* absmax, const float* code16
       i = stream ? DequantizeByBytePlanes<kT, true>(packed, scaled, lo, hi, out)
                  : DequantizeByBytePlanes<kT, false>(packed, scaled, lo, hi, out);
     }
-    // kNoNaN (a std::bool_constant): the block's absmax is finite, so no product is NaN (code values are finite).
-    const auto vectors = [&](auto no_nan) {
+    // no_nan (a std::bool_constant): the block's absmax is finite, so no product is NaN (code values are finite);
+    // streamed: the outputs stream (StoreF32's kStream).
+    const auto vectors = [&](auto no_nan, auto streamed) {
       for (; i < vec_end; i += 2 * N) {
         const VI bytes = hn::PromoteTo(di, hn::LoadU(DU8(), packed + i / 2));
         const VI e0 = hn::TableLookupLanes(bytes, spread_lo);
         const VI e1 = hn::TableLookupLanes(bytes, spread_hi);
         const VI c0 = hn::And(hn::IfThenElse(odd, e0, hn::ShiftRight<4>(e0)), nibble);
         const VI c1 = hn::And(hn::IfThenElse(odd, e1, hn::ShiftRight<4>(e1)), nibble);
-        StoreF32<kT, decltype(no_nan)::value>(scaled.Lookup(c0), out, i);
-        StoreF32<kT, decltype(no_nan)::value>(scaled.Lookup(c1), out, i + N);
+        StoreF32<kT, decltype(no_nan)::value, decltype(streamed)::value>(scaled.Lookup(c0), out, i);
+        StoreF32<kT, decltype(no_nan)::value, decltype(streamed)::value>(scaled.Lookup(c1), out, i + N);
       }
     };
-    if (std::isfinite(absmax[b])) {
-      vectors(std::true_type{});
+    // Only float32 outputs stream here; the byte planes have done the rest's vectors.
+    const bool finite = std::isfinite(absmax[b]);
+    if (kT == DType::kFloat32 && stream) {
+      finite ? vectors(std::true_type{}, std::true_type{}) : vectors(std::false_type{}, std::true_type{});
     } else {
-      vectors(std::false_type{});
+      finite ? vectors(std::true_type{}, std::false_type{}) : vectors(std::false_type{}, std::false_type{});
     }
     for (; i < hi; ++i) StoreFromFloat(kT, out, i, code16[PackedCode4(packed, i)] * absmax[b]);
   }

@@ -59,7 +59,7 @@ HWY_INLINE void CodeBlock(const void* x, const Coder& coder, int64_t lo, int64_t
     // The next block's absmax pass then reads from cache while this loop computes.
     const auto scaled = [&](int64_t j) { return hn::Div(LoadF32<kT>(x, j), vscale); };
     for (; i < vec4_end; i += 4 * N) {
-      if (prefetch) PrefetchElements<kT>(x, i + blocksize, 4 * N);
+      if (prefetch) PrefetchElements<kT>(x, i + StreamAhead<kT>(blocksize), 4 * N);
       coder.Store4(scaled(i), scaled(i + N), scaled(i + 2 * N), scaled(i + 3 * N), codes + i);
     }
     for (; i < vec_end; i += N) coder.Store(scaled(i), codes + i);
@@ -132,7 +132,7 @@ HWY_INLINE void CodeBlockByHalfBuckets(const void* x, const PreparedCodebook& cb
       const char* xc = xb + begin * DTypeSize(kT);
       uint32_t* q = ring + (c % 2) * kChunk;
       const uint32_t* q_prev = ring + ((c + 1) % 2) * kChunk;
-      if (prefetch && (whole || c < chunks)) PrefetchElements<kT>(x, lo + begin + blocksize, kChunk);
+      if (prefetch && (whole || c < chunks)) PrefetchElements<kT>(x, lo + begin + StreamAhead<kT>(blocksize), kChunk);
       if constexpr (decltype(whole)::value) {
         uint8_t* o = out + begin - kChunk;
         for (int64_t j = 0; j < kChunk; j += kGroup) {

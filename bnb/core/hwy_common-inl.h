@@ -152,6 +152,17 @@ HWY_INLINE void PrefetchElements(const void* x, int64_t i, int64_t n) {
   for (int64_t off = 0; off < n * kSize; off += 64) hwy::Prefetch(p + off);
 }
 
+// How far ahead of its reads a kernel that streams its input from memory prefetches it: at least 8 KB. One block
+// ahead (128-256 bytes at blocksize 64), or the hardware prefetcher alone, left a core's stream at half its rate on
+// Sapphire / Emerald Rapids (tools/bench/NOTES.md, 'Quantize: prefetching the input 8 KB ahead').
+inline constexpr int64_t kStreamAheadBytes = 8192;
+
+// The prefetch distance, in elements, of a kernel that would prefetch the next block of `blocksize` elements.
+template <DType kT>
+HWY_INLINE int64_t StreamAhead(int64_t blocksize) {
+  return std::max<int64_t>(blocksize, kStreamAheadBytes / DTypeSize(kT));
+}
+
 // Bf16Codes::Index for the elements of blocks with one absmax, a vector of bfloat16 bits at a time.
 struct Bf16IndexRule {
   using D16 = hn::ScalableTag<uint16_t>;

@@ -423,10 +423,10 @@ TEST_P(EveryIsa, RoundTripErrorIsThatOfTheCodebook) {
   }
 }
 
-// 16-bit outputs of 64 MB and more, 64-byte aligned, are written with streaming stores: still exactly the scalar
-// values, NaN and inf blocks and the odd tail after the last 32-element chunk included.
+// Outputs of 64 MB and more, 64-byte aligned, are written with streaming stores: still exactly the scalar values,
+// NaN and inf blocks and the odd tail after the last 32-element chunk included.
 TEST_P(EveryIsa, LargeAlignedOutputsEqualScalar) {
-  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
     const int64_t n = (int64_t{64} << 20) / DTypeSize(dtype) + 1001, bs = 64;
     SCOPED_TRACE(DTypeName(dtype));
     std::vector<uint8_t> packed(PackedSize4(n));
