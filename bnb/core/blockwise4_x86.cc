@@ -7,6 +7,7 @@
 #include "bnb/core/cpu_isa.h"
 #include "bnb/core/gemv4_x86.h"  // BNB_GEMV4_X86
 #include "bnb/core/round16_x86.h"
+#include "bnb/core/stream_stores.h"
 #include "hwy/targets.h"
 
 #if BNB_GEMV4_X86
@@ -19,9 +20,6 @@ namespace bnb::core::blockwise4_x86 {
 namespace {
 
 #define BNB_TARGET_AVX512BW __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq")))
-
-// Outputs this large are written by streaming stores, as the Highway kernels' (StreamableOutput).
-constexpr int64_t kStreamFromBytes = int64_t{64} << 20;
 
 // A block's 16 outputs (code16 * absmax, rounded) as two byte planes, each in all four 128-bit lanes; then 64
 // elements (32 packed bytes) per step. The bytes' dwords are ordered (L, L + 4) per lane before widening to words,
@@ -83,7 +81,7 @@ bool Dequantize16(DType dtype, const uint8_t* packed, const float* absmax, const
   if (dtype == DType::kFloat32 || r.blocksize % 64 != 0 || ActiveTarget() > HWY_AVX3 || !HasAvx512Bw()) {
     return false;
   }
-  const bool stream = r.n * 2 + (r.n + 1) / 2 >= kStreamFromBytes && reinterpret_cast<uintptr_t>(out) % 64 == 0;
+  const bool stream = StreamsOutput(out, r.n * 2 + (r.n + 1) / 2);
   round16_x86::Dispatch16(dtype, stream, [&](auto type, auto streamed) {
     Run<decltype(type)::value, decltype(streamed)::value>(packed, absmax, code16, r, out);
   });

@@ -6,15 +6,13 @@
 #include "bnb/core/dtype.h"
 #include "bnb/core/lookup256_x86.h"
 #include "bnb/core/round16_x86.h"
+#include "bnb/core/stream_stores.h"
 #include "hwy/targets.h"
 
 namespace bnb::core::blockwise8_x86 {
 
 #if BNB_GEMV4_X86
 namespace {
-
-// Outputs this large are written by streaming stores, as the Highway kernels' (StreamableOutput).
-constexpr int64_t kStreamFromBytes = int64_t{64} << 20;
 
 // 16-bit outputs by per-block tables from this blocksize on (below, a table's 256 entries cost more than they save).
 constexpr int64_t kTableFrom = 512;
@@ -105,7 +103,7 @@ bool Dequantize16(DType dtype, const uint8_t* codes, const float* absmax, const 
                   const Blockwise8Range& r, void* out) {
 #if BNB_GEMV4_X86
   if (dtype == DType::kFloat32 || r.blocksize < kTableFrom || !Allowed()) return false;
-  const bool stream = r.n * 3 >= kStreamFromBytes && reinterpret_cast<uintptr_t>(out) % 64 == 0;
+  const bool stream = StreamsOutput(out, r.n * 3);
   round16_x86::Dispatch16(dtype, stream, [&](auto type, auto streamed) {
     Run16<decltype(type)::value, decltype(streamed)::value>(codes, absmax, values, r, out);
   });
@@ -121,8 +119,7 @@ bool DequantizeF32(const uint8_t* codes, const float* absmax, const float* value
 #if BNB_GEMV4_X86
   if (!Allowed()) return false;
   const int64_t moved = r.n * 5;
-  const bool stream = moved >= kStreamFromBytes && reinterpret_cast<uintptr_t>(out) % 64 == 0 &&
-                      (r.block_begin * r.blocksize) % 16 == 0;
+  const bool stream = StreamsOutput(out, moved) && (r.block_begin * r.blocksize) % 16 == 0;
   if (stream) {
     Run<true>(codes, absmax, values, r, out);
   } else {

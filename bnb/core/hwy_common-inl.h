@@ -17,6 +17,7 @@
 #include "bnb/core/bf16_codes.h"
 #include "bnb/core/blockwise8.h"
 #include "bnb/core/dtype.h"
+#include "bnb/core/stream_stores.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
@@ -135,13 +136,10 @@ HWY_INLINE float BlockAbsmax(const void* x, int64_t lo, int64_t hi) {
   return AbsmaxFromBits(kT, bits);
 }
 
-// Whether an op that reads and writes `moved` bytes in all writes its output at `out` with streaming stores, around
-// the caches (no read of each line before it is overwritten): it moves too much for its output to stay cached
-// anyway, and the output is 64-byte aligned, so that every vector store at a multiple of 64 bytes from the start is
-// aligned as streaming stores need.
-inline constexpr int64_t kStreamFromBytes = int64_t{64} << 20;
+// Whether an op that reads and writes `moved` bytes in all streams its output at `out` (stream_stores.h); never on
+// the scalar target.
 HWY_INLINE bool StreamableOutput(const void* out, int64_t moved) {
-  return HWY_TARGET != HWY_SCALAR && moved >= kStreamFromBytes && reinterpret_cast<uintptr_t>(out) % 64 == 0;
+  return HWY_TARGET != HWY_SCALAR && StreamsOutput(out, moved);
 }
 
 // Hints the cache to fetch the bytes of elements [i, i + n) of x; safe past the end (prefetches never fault).

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bnb/core/cpu_isa.h"
+#include "bnb/core/stream_stores.h"
 #include "bnb/tests/core_kernel_test.h"
 #include "gtest/gtest.h"
 
@@ -423,11 +424,11 @@ TEST_P(EveryIsa, RoundTripErrorIsThatOfTheCodebook) {
   }
 }
 
-// Outputs of 64 MB and more, 64-byte aligned, are written with streaming stores: still exactly the scalar values,
+// Outputs of kStreamFromBytes and more moved, 64-byte aligned, are written with streaming stores: still exactly the scalar values,
 // NaN and inf blocks and the odd tail after the last 32-element chunk included.
 TEST_P(EveryIsa, LargeAlignedOutputsEqualScalar) {
   for (DType dtype : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
-    const int64_t n = (int64_t{64} << 20) / DTypeSize(dtype) + 1001, bs = 64;
+    const int64_t n = kStreamFromBytes / DTypeSize(dtype) + 1001, bs = 64;
     SCOPED_TRACE(DTypeName(dtype));
     std::vector<uint8_t> packed(PackedSize4(n));
     std::mt19937 rng(4);

@@ -10,6 +10,7 @@
 
 #include "bnb/core/bf16_codes.h"
 #include "bnb/core/cpu_isa.h"
+#include "bnb/core/stream_stores.h"
 #include "bnb/tests/core_kernel_test.h"
 #include "gtest/gtest.h"
 
@@ -270,11 +271,11 @@ TEST_P(EveryIsa, EveryCodeDequantizesAsScalar) {
   }
 }
 
-// Outputs of 64 MB and more, 64-byte aligned, are written with streaming stores: still exactly the scalar values.
+// Outputs of kStreamFromBytes and more moved, 64-byte aligned, are written with streaming stores: still exactly the scalar values.
 TEST_P(EveryIsa, LargeAlignedOutputsEqualScalar) {
   const PreparedCodebook cb = DynamicCodebook();
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-    const int64_t n = (int64_t{64} << 20) / DTypeSize(dtype) + 1000, bs = 4096;
+    const int64_t n = kStreamFromBytes / DTypeSize(dtype) + 1000, bs = 4096;
     SCOPED_TRACE(DTypeName(dtype));
     std::vector<uint8_t> codes(n);
     std::mt19937 rng(3);
@@ -291,13 +292,13 @@ TEST_P(EveryIsa, LargeAlignedOutputsEqualScalar) {
   }
 }
 
-// Quantizing input of 64 MB and more moved into 64-byte aligned codes streams the codes: bfloat16's of the blocks
+// Quantizing input of kStreamFromBytes and more moved into 64-byte aligned codes streams the codes: bfloat16's of the blocks
 // coded by table (blocks that are searched - zeros, NaN, inf among the special values - store theirs plainly in
 // between), float32's and float16's of whole groups of four vectors (HalfBuckets on x86).
 TEST_P(EveryIsa, LargeAlignedCodesEqualScalar) {
   const PreparedCodebook cb = DynamicCodebook();
   for (DType dtype : {DType::kBFloat16, DType::kFloat32, DType::kFloat16}) {
-    const int64_t n = (int64_t{64} << 20) / (DTypeSize(dtype) + 1) + 1001;
+    const int64_t n = kStreamFromBytes / (DTypeSize(dtype) + 1) + 1001;
     const auto x = Encode(dtype, TestData(n, 11, /*specials=*/true));
     for (int64_t bs : {int64_t{64}, int64_t{4096}}) {
       SCOPED_TRACE(testing::Message() << DTypeName(dtype) << ", blocksize " << bs);

@@ -11,7 +11,7 @@
 namespace {
 
 TEST(CoreFuzz, FixedSeedsEqualScalar) {
-  // Inputs of at most 300000 elements: the 64 MB streaming cases take seconds each and have their own tests.
+  // Inputs of at most 300000 elements: the streaming cases (stream_stores.h) have their own tests.
   const bnb::fuzz::CoreFuzzResult r = bnb::fuzz::RunCoreFuzz(/*first_seed=*/1, /*max_cases=*/BNB_FUZZ_CASES,
                                                              /*max_seconds=*/1e9, /*large=*/false);
   EXPECT_EQ(r.mismatch, "");

@@ -171,7 +171,7 @@ std::string RunCase(uint64_t seed, bool large) {
   const DType dtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
   const DType dtype = dtypes[Uniform(rng, 0, 2)];
   const int64_t bs = int64_t{32} << Uniform(rng, 0, 7);
-  // Mostly small, sometimes past the 64 MB streaming threshold (that takes long: rarely).
+  // Mostly small, sometimes past the streaming threshold (stream_stores.h; that takes long: rarely).
   const bool huge = Uniform(rng, 0, 200) == 0;  // drawn whether or not `large` allows it: seeds mean the same
   const int64_t n = huge && large ? Uniform(rng, (64 << 20) / 3, 40 << 20)
                                   : Uniform(rng, 1, Uniform(rng, 0, 1) ? 5000 : 300000);
