@@ -512,10 +512,13 @@ class KeyPlan {
   mutable std::atomic<const uint16_t*> tables_[kMantissas];
 };
 
-// float16 blocks take keys from this size on: 1024 tables (128 KB) do not stay in the caches beside input streamed
-// from memory, and smaller blocks pay more for their table's miss than the keys save (figures: tools/bench/NOTES.md,
-// '4-bit quantize: bfloat16 by its bits'). bfloat16's 128 tables (16 KB) stay.
-constexpr int64_t kFloat16KeysFrom = 512;
+// float16 blocks take keys from this size on. On Zen 4 (L2 1 MB, a cheap division) 1024 tables (128 KB) did not stay
+// in the caches beside input streamed from memory, and smaller blocks paid more for their table's miss than the keys
+// saved; on Sapphire / Emerald Rapids (L2 2 MB, the division dearer) keys win from blocksize 64 (figures:
+// tools/bench/NOTES.md, '4-bit quantize: bfloat16 by its bits', 'float16 by keys on Intel'). bfloat16's 128 tables
+// (16 KB) stay everywhere. By vendor (tuning, as gemv4_x86.cc's prefetch hint), read once at load, after
+// __builtin_cpu_init: a static initializer may run before libgcc's own.
+const int64_t kFloat16KeysFrom = (__builtin_cpu_init(), __builtin_cpu_is("intel")) ? 64 : 512;
 
 // The bits of a block's absmax: a value of kT (bfloat16 or float16) widened to float32.
 template <DType kT>

@@ -298,7 +298,7 @@ TEST_P(EveryIsa, EveryBfloat16EqualsScalar) {
 // blockwise4_hwy.cc): one table per absmax mantissa, applied from absmax bits 768 on for bfloat16 (0x0300, 2^-121),
 // 6144 for float16 (0x1800, 2^-9), 5 binades of magnitudes below the absmax. Every mantissa (at one exponent; a
 // sample at another), absmaxes about that bound and the largest finite: every magnitude from past those 5 binades up
-// to the absmax, both signs, at blocksizes 64, 512 (float16 takes keys from there on) and 4096.
+// to the absmax, both signs, at blocksizes 64, 512 (float16 takes keys from there on, from 64 on Intel) and 4096.
 TEST_P(EveryIsa, Every16BitAbsmaxMantissaEqualsScalar) {
   struct Case {
     DType dtype;

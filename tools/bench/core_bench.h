@@ -74,14 +74,16 @@ double BestNs(const Fn& fn, int rounds = 5) {
 struct NormalInput {
   std::vector<float> f32;
   std::vector<uint16_t> bf16;
+  std::vector<uint16_t> f16;
 };
 
 inline NormalInput MakeNormalInput(int64_t n, std::mt19937& rng) {
   std::normal_distribution<float> normal;
-  NormalInput in{std::vector<float>(n), std::vector<uint16_t>(n)};
+  NormalInput in{std::vector<float>(n), std::vector<uint16_t>(n), std::vector<uint16_t>(n)};
   for (int64_t i = 0; i < n; ++i) {
     in.f32[i] = normal(rng);
     in.bf16[i] = core::FloatToBF16(in.f32[i]);
+    in.f16[i] = core::FloatToHalf(in.f32[i]);
   }
   return in;
 }

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   const bnb::bench::NormalInput in = bnb::bench::MakeNormalInput(n, rng);
   const std::vector<float>& x = in.f32;
   const std::vector<uint16_t>& xb = in.bf16;
+  const std::vector<uint16_t>& xh = in.f16;
   std::vector<uint8_t> packed(PackedSize4(n));
   std::vector<float> absmax(NumBlocks(n, 32)), out(n);
   std::vector<uint16_t> out_bf16(n);  // not xb: later targets must quantize the same input
@@ -31,24 +32,25 @@ int main(int argc, char** argv) {
     const int reps = static_cast<int>(n / len);
     std::printf("quantize / dequantize, ns per element, %lld elements%s\n", static_cast<long long>(len),
                 reps > 1 ? " (in cache)" : "");
-    std::printf("%-8s %5s %11s %11s %11s %11s %11s\n", "isa", "bs", "quant f32", "quant bf16", "quant fp4",
-                "deq f32", "deq bf16");
+    std::printf("%-8s %5s %11s %11s %11s %11s %11s %11s\n", "isa", "bs", "quant f32", "quant bf16", "quant f16",
+                "quant fp4", "deq f32", "deq bf16");
     for (const std::string& isa : AvailableIsas()) {
       if (!args->Wants(isa)) continue;
       if (!SetIsaCap(isa).ok()) return 1;
-      for (int64_t bs : {64, 4096}) {
+      for (int64_t bs : {64, 512, 4096}) {
         const Blockwise4Range r{len, bs, 0, NumBlocks(len, bs)};
         const auto per_elem = [&](const auto& fn) {
           return BestNs([&] { for (int k = 0; k < reps; ++k) fn(); }, args->rounds) / n;
         };
         const double q32 = per_elem([&] { QuantizeBlockwise4(DType::kFloat32, x.data(), Quant4::kNF4, r, packed.data(), absmax.data()); });
         const double q16 = per_elem([&] { QuantizeBlockwise4(DType::kBFloat16, xb.data(), Quant4::kNF4, r, packed.data(), absmax.data()); });
+        const double qh = per_elem([&] { QuantizeBlockwise4(DType::kFloat16, xh.data(), Quant4::kNF4, r, packed.data(), absmax.data()); });
         const double qfp4 = per_elem([&] { QuantizeBlockwise4(DType::kFloat32, x.data(), Quant4::kFP4, r, packed.data(), absmax.data()); });
         QuantizeBlockwise4(DType::kFloat32, x.data(), Quant4::kNF4, r, packed.data(), absmax.data());
         const double d32 = per_elem([&] { DequantizeBlockwise4(DType::kFloat32, packed.data(), absmax.data(), nf4, r, out.data()); });
         const double d16 = per_elem([&] { DequantizeBlockwise4(DType::kBFloat16, packed.data(), absmax.data(), nf4, r, out_bf16.data()); });
-        std::printf("%-8s %5lld %8.3f ns %8.3f ns %8.3f ns %8.3f ns %8.3f ns\n", isa.c_str(),
-                    static_cast<long long>(bs), q32, q16, qfp4, d32, d16);
+        std::printf("%-8s %5lld %8.3f ns %8.3f ns %8.3f ns %8.3f ns %8.3f ns %8.3f ns\n", isa.c_str(),
+                    static_cast<long long>(bs), q32, q16, qh, qfp4, d32, d16);
       }
     }
   }
@@ -57,7 +59,7 @@ int main(int argc, char** argv) {
     const Blockwise4Range r{n, 64, 0, NumBlocks(n, 64)};
     const double q32 = BestNs([&] { QuantizeBlockwise4Scalar(DType::kFloat32, x.data(), Quant4::kNF4, r, packed.data(), absmax.data()); }, 2) / n;
     const double d32 = BestNs([&] { DequantizeBlockwise4Scalar(DType::kFloat32, packed.data(), absmax.data(), nf4, r, out.data()); }, 2) / n;
-    std::printf("%-8s %5d %8.3f ns %11s %11s %8.3f ns\n", "ref", 64, q32, "", "", d32);
+    std::printf("%-8s %5d %8.3f ns %11s %11s %11s %8.3f ns\n", "ref", 64, q32, "", "", "", d32);
   }
 
   std::printf("\ngemv: 1 x K times (N x K NF4, blocksize 64), microseconds per call, one thread\n");
