@@ -200,15 +200,15 @@ def test_gemm_4bit_small_batches_on_every_instruction_set(isa):
 @pytest.mark.parametrize("isa", sorted({"best", "avx2"} & ({"best"} | set(bnb._C.cpu_isas()))))
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_gemm_4bit_beyond_small_batches_is_dequantize_then_linear_over_several_bands(dtype, isa):
-    # More rows than the small-batch kernel takes: the CPU dequantizes 4 MB bands of the weight (3000 x 1000 rows
-    # is 2-6 bands, rows starting mid-block with blocksize 256) and multiplies each by addmm, bit for bit
+    # More rows than the small-batch kernel takes: the CPU dequantizes 16 MB bands of the weight (3000 x 4000 rows
+    # is 2-3 bands, rows starting mid-block with blocksize 256) and multiplies each by addmm, bit for bit
     # dequantize + F.linear of the whole: in A's dtype where the CPU has instructions for its products, else (16-bit
     # A without AVX512-BF16 / -FP16, or a cap below avx3) in float32, rounded once to A's dtype.
     g = torch.Generator().manual_seed(7)
-    W = torch.randn(3000, 1000, generator=g)
+    W = torch.randn(3000, 4000, generator=g)
     packed, state = F.quantize_4bit(W.to(dtype), blocksize=256, quant_type="nf4", compress_statistics=True)
     bias = torch.randn(3000, generator=g).to(dtype)
-    x = torch.randn(2, 20, 1000, generator=g).to(dtype)
+    x = torch.randn(2, 20, 4000, generator=g).to(dtype)
     with torch.no_grad(), bnb.config.override(cpu__isa=isa):
         native = bnb._C.cpu_native_products(str(dtype))
         got = bnb.matmul_4bit(x, packed.t(), state, bias=bias)

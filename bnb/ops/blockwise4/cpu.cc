@@ -144,11 +144,13 @@ struct Cpu {
   }
 
   // out (contiguous, A's rows x N) = A @ W.T (+ bias) by bands of W's rows (multiples of `step`), fill(n0, rows, w)
-  // writing rows [n0, n0 + rows) of W into w (rows x K, A's dtype).
+  // writing rows [n0, n0 + rows) of W into w (rows x K, A's dtype). Bands of 16 MB: each band reads all of A again
+  // and costs two parallel regions, and bands of 4 MB took 1.2-1.35x F.linear's time where 16 MB took 1.1-1.2x
+  // (tools/bench/NOTES.md, 'Dense path: bands of 16 MB').
   template <class Fill>
   static void BandedProduct(const at::Tensor& A, int64_t N, int64_t K, int64_t step,
                             const c10::optional<at::Tensor>& bias, at::Tensor& out, const Fill& fill) {
-    constexpr int64_t kBandBytes = int64_t{4} << 20;
+    constexpr int64_t kBandBytes = int64_t{16} << 20;
     const int64_t M = A.numel() / K;
     const at::Tensor a = A.reshape({M, K});
     const int64_t band = std::max(step, kBandBytes / (K * A.element_size()) / step * step);
