@@ -250,7 +250,8 @@ void DequantizePacked4(DType dtype, const Packed4& w, const float* code16, void*
 
 bool Gemm4PackedInt8Runs() {
 #if BNB_GEMV4_X86
-  return ActiveInt8GemmKernel() == Int8GemmKernel::kAvx512Vnni;
+  const Int8GemmKernel kernel = ActiveInt8GemmKernel();  // AMX-INT8 comes with AVX512-VNNI
+  return kernel == Int8GemmKernel::kAvx512Vnni || kernel == Int8GemmKernel::kAmxInt8;
 #else
   return false;
 #endif

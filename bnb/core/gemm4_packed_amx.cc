@@ -17,13 +17,13 @@
 // rows 128 bytes apart cost the A tile's loads two lines each.
 #include "bnb/core/gemm4_packed_x86.h"
 
+#include "bnb/core/amx_state.h"
+
 #if BNB_GEMV4_X86
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -36,16 +36,8 @@ namespace {
 
 #include "bnb/core/gemm4_packed_x86-inl.h"  // kAhead, PairScales
 
-// Linux grants a process AMX's tile data (8 KB more of state to save a thread) on request only
-// (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); torch's oneDNN asks the same.
-constexpr int kArchReqXcompPerm = 0x1023;
-constexpr int kXfeatureXtiledata = 18;
-
 bool AskForTiles() {
-  if (!(gemv4_x86::HasAvx512Bf16() && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16"))) {
-    return false;
-  }
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return gemv4_x86::HasAvx512Bf16() && __builtin_cpu_supports("amx-bf16") && AmxTileStateGranted();
 }
 
 // Tiles: A's two 32-column halves of a group (0, 1), W's (2, 3), the sums of up to 4 row tiles of A (4 - 7).

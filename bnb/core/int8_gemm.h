@@ -4,7 +4,9 @@
 // [M, N]. Each call computes the columns [n0, n1) of all M rows, so callers split N across threads (or split M by
 // offsetting A and C). K is at most kInt8GemmMaxK, so no sum of 128 * 128 products overflows int32.
 //
-// Kernels (int8_gemm_x86.cc), chosen at each call under the cpu.isa cap (cpu_isa.h):
+// Kernels (int8_gemm_x86.cc, int8_gemm_amx.cc), chosen at each call under the cpu.isa cap (cpu_isa.h):
+//   - amx: TDPBSSD, when the dispatched instruction set is avx3 or better, the cpu.amx knob allows AMX and the
+//     processor has AMX-INT8 (and AVX512-VNNI, which takes the columns, K and fewest rows the tiles do not);
 //   - avx512vnni: vpdpbusd, when the dispatched instruction set is avx3 or better and the processor has
 //     AVX512-VNNI;
 //   - avx2: sign extension to int16 and vpmaddwd (exact; never vpmaddubsw, which saturates), when it is avx2 or
@@ -19,9 +21,10 @@ namespace bnb::core {
 
 inline constexpr int64_t kInt8GemmMaxK = 131071;  // 128 * 128 * 131071 < 2^31
 
-enum class Int8GemmKernel { kScalar, kAvx2, kAvx512Vnni };
+enum class Int8GemmKernel { kScalar, kAvx2, kAvx512Vnni, kAmxInt8 };
 
-// The kernel Int8Gemm runs now (the cap and the processor decide), and its name ("scalar", "avx2", "avx512vnni").
+// The kernel Int8Gemm runs now (the cap, the cpu.amx knob and the processor decide), and its name ("scalar", "avx2",
+// "avx512vnni", "amx").
 Int8GemmKernel ActiveInt8GemmKernel();
 const char* Int8GemmKernelName(Int8GemmKernel kernel);
 

@@ -38,8 +38,9 @@ const std::vector<KnobSpec>& AllKnobs() {
        [](const KnobValue& v) { return ValidateIsaName(std::get<std::string>(v)); }},
       {"cpu.amx", KnobType::kBool, true, 0, 0,
        "bfloat16 products over the tiled layout (cpu.pack_4bit) use AMX tiles (TDPBF16PS) where the CPU has "
-       "AMX-BF16 (Sapphire Rapids and later) and cpu.isa allows AVX-512: the same products as the AVX512-BF16 "
-       "kernels, any number of rows; false keeps to those kernels"},
+       "AMX-BF16 (Sapphire Rapids and later) and cpu.isa allows AVX-512, and the int8 product (LLM.int8) "
+       "TDPBSSD where it has AMX-INT8: the same results as the AVX512-BF16 and -VNNI kernels; false keeps to "
+       "those kernels"},
       {"cpu.threads", KnobType::kInt, int64_t{0}, 0, 4096,
        "most threads a CPU kernel splits its work over; 0 follows torch.get_num_threads()"},
       {"cpu.grain_elements", KnobType::kInt, int64_t{1} << 16, 1024, int64_t{1} << 30,

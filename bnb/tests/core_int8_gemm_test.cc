@@ -1,14 +1,17 @@
 // The int8 matrix product equals its scalar definition bit for bit on every instruction set: every shape up to
-// 33 x 33 (tile edges), K around the step lengths, strided operands and column ranges, the largest sums (-128
-// everywhere, K = 131071), and the definition against products worked out by hand.
+// 33 x 33 (tile edges), K around the step lengths, strided operands and column ranges, the AMX kernel's tiles and
+// slices with cpu.amx on and off, the largest sums (-128 everywhere, K = 131071, and 131008 for AMX), and the
+// definition against products worked out by hand.
 #include "bnb/core/int8_gemm.h"
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bnb/core/cpu_isa.h"
+#include "bnb/core/int8_gemm_x86.h"
 #include "bnb/tests/core_kernel_test.h"
 #include "gtest/gtest.h"
 
@@ -46,19 +49,54 @@ TEST(Int8GemmScalar, MatchesHandComputedProducts) {
   EXPECT_EQ(C, (std::vector<int32_t>{4 - 10 - 18, -128 + 256 + 6, -512 + 635, 16384 - 16256}));
 }
 
+// cpu.amx off for a scope (the knob's default, on, restored after).
+struct AmxOff {
+  AmxOff() { SetAmxAllowed(false); }
+  ~AmxOff() { SetAmxAllowed(true); }
+};
+
 TEST_P(EveryIsa, Int8GemmRunsTheKernelOfItsInstructionSet) {
   const std::string kernel = Int8GemmKernelName(ActiveInt8GemmKernel());
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if BNB_INT8_GEMM_X86
   const bool vnni = __builtin_cpu_supports("avx512vnni");
+  const bool amx = int8_gemm_x86::HasAmxInt8();
+  EXPECT_TRUE(!amx || (__builtin_cpu_supports("amx-int8") && vnni));
 #else
-  const bool vnni = false;
+  const bool vnni = false, amx = false;
 #endif
   if (GetParam().rfind("avx3", 0) == 0) {  // AVX-512 without VNNI runs the AVX2 kernel
-    EXPECT_EQ(kernel, vnni ? "avx512vnni" : "avx2");
+    EXPECT_EQ(kernel, amx ? "amx" : vnni ? "avx512vnni" : "avx2");
+    const AmxOff off;
+    EXPECT_EQ(std::string(Int8GemmKernelName(ActiveInt8GemmKernel())), vnni ? "avx512vnni" : "avx2");
   } else if (GetParam() == "avx2") {
     EXPECT_EQ(kernel, "avx2");
   } else {  // a cap below avx2 (or another architecture) never runs the x86 kernels
     EXPECT_EQ(kernel, "scalar") << GetParam() << " (Highway target " << ActiveTarget() << ")";
+  }
+}
+
+// The AMX kernel's cases (K a multiple of 64; whole tiles of 16 columns, the rest by VNNI), with cpu.amx on and off,
+// so that both kernels meet them on a processor with AMX: rows on each side of the 16-row tiles and the pairs of
+// them (a pair's second tile partly or wholly past M), column ranges that start off a tile and leave a tail, strided
+// operands, and more rows than one arranged slice of A holds (1 MB: 256 rows at K = 4096).
+TEST_P(EveryIsa, Int8GemmEqualsScalarOnTheTiledKernelsCases) {
+  std::mt19937 rng(5);
+  for (const bool amx : {true, false}) {
+    std::optional<AmxOff> off;
+    if (!amx) off.emplace();
+    for (const int64_t K : {64, 128, 704}) {
+      const int64_t lda = K + 64, ldb = K + 192, N = 70, ldc = N + 3;
+      const std::vector<int8_t> A = Random(50 * lda, rng), B = Random(N * ldb, rng);
+      for (const int64_t M : {1, 15, 16, 17, 31, 32, 33, 48, 50}) {
+        for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, 16}, {0, 32}, {0, 48}, {0, 70}, {5, 69},
+                                     {16, 64}, {3, 18}}) {
+          ExpectSame(A, lda, B, ldb, M, K, n0, n1, ldc);
+        }
+      }
+    }
+    const int64_t M = 300, N = 48, K = 4096;
+    const std::vector<int8_t> A = Random(M * K, rng), B = Random(N * K, rng);
+    ExpectSame(A, K, B, K, M, K, 0, N, N);
   }
 }
 
@@ -109,6 +147,15 @@ TEST_P(EveryIsa, Int8GemmGivesTheLargestSumsExactly) {
   std::mt19937 rng(4);
   const std::vector<int8_t> R = Random(3 * K, rng);
   ExpectSame(R, K, B, K, 3, K, 0, N, N);
+  // The AMX kernel's largest K (a multiple of 64) over whole tiles of 16 columns.
+  const int64_t K64 = kInt8GemmMaxK / 64 * 64, N16 = 16;
+  std::vector<int8_t> A64(M * K64, -128), B64(N16 * K64, -128);
+  for (int64_t k = 0; k < K64; ++k) B64[1 * K64 + k] = 127;
+  std::vector<int32_t> C64(M * N16);
+  Int8Gemm(A64.data(), K64, B64.data(), K64, M, K64, 0, N16, C64.data(), N16);
+  EXPECT_EQ(C64[0], 128 * 128 * K64);
+  EXPECT_EQ(C64[1], -128 * 127 * K64);
+  ExpectSame(A64, K64, B64, K64, M, K64, 0, N16, N16);
 }
 
 TEST_P(EveryIsa, Int8GemmOfEmptyKIsZero) {

@@ -66,8 +66,9 @@ struct ProductTasks {
     by_columns = N >= 16 * tasks || M < 16 * tasks;
     extent = by_columns ? N : M;
   }
-  // Task t's first column (row), a multiple of 4; Begin(tasks) is the extent.
-  int64_t Begin(int64_t t) const { return t >= tasks ? extent : std::min(extent, extent * t / tasks / 4 * 4); }
+  // Task t's first column (row), a multiple of 16 (the AMX kernel's tiles; the VNNI kernel's are 4); Begin(tasks)
+  // is the extent.
+  int64_t Begin(int64_t t) const { return t >= tasks ? extent : std::min(extent, extent * t / tasks / 16 * 16); }
 
   // f(begin, end) for each task's nonempty range, on torch's pool.
   template <class F>
@@ -156,7 +157,8 @@ struct Cpu {
   }
 
   // bnb/core's int8 product (int8_gemm.h), in ProductTasks. It replaced at::_int_mm for every shape: 4x faster at
-  // batch 16, even at 512, and at batch 1 as fast within Linear8bitLt (tools/bench/NOTES.md, 'int8 product').
+  // batch 16, even at 512, and at batch 1 as fast within Linear8bitLt on Zen 4; with AMX-INT8 (Sapphire Rapids)
+  // 1.1-1.8x at 1-512 rows (tools/bench/NOTES.md, 'int8 product', 'int8 product on AMX').
   static void Matmul(const char* op, const at::Tensor& A, const at::Tensor& B, at::Tensor& out) {
     const ProductTasks tasks(op, A.size(0), B.size(0), A.size(1));
     at::Tensor a_keep, b_keep;
