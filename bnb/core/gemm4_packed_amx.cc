@@ -17,7 +17,7 @@
 // rows 128 bytes apart cost the A tile's loads two lines each.
 #include "bnb/core/gemm4_packed_x86.h"
 
-#include "bnb/core/amx_state.h"
+#include "bnb/core/amx_tiles.h"
 
 #if BNB_GEMV4_X86
 
@@ -41,30 +41,11 @@ bool AskForTiles() {
 }
 
 // Tiles: A's two 32-column halves of a group (0, 1), W's (2, 3), the sums of up to 4 row tiles of A (4 - 7).
-struct alignas(64) TileConfig {
-  uint8_t palette;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-
-BNB_TARGET_AMX void ConfigureTiles(int64_t rows) {
-  TileConfig config;
-  std::memset(&config, 0, sizeof(config));
-  config.palette = 1;
-  for (int i = 0; i < 8; ++i) {
-    config.colsb[i] = 64;
-    config.rows[i] = static_cast<uint8_t>(i == 2 || i == 3 ? 16 : rows);
-  }
-  _tile_loadconfig(&config);
+void ConfigureTilesFor(int64_t rows) {
+  const auto r = static_cast<uint8_t>(rows);
+  const uint8_t tile_rows[8] = {r, r, 16, 16, r, r, r, r};
+  ConfigureTiles(tile_rows);
 }
-
-BNB_TARGET_AMX void ReleaseTiles() { _tile_release(); }
-
-// GCC's _tile_loadd names no memory operand: without this, stores it reads (B's tiles, A's copy) might move past
-// it or vanish as dead.
-inline void CompilerSeesTileLoads() { asm volatile("" ::: "memory"); }
 
 // A group's codes and its scales, fetched into L2 ahead of its decode: into L1 (NTA) they would be lost to
 // A's tiles streaming through it before the decode comes (tools/bench/NOTES.md, 'AMX: tile pairs').
@@ -265,7 +246,7 @@ bool HasAmxBf16() {
   return has;
 }
 
-AmxTiles::AmxTiles(int64_t rows) { ConfigureTiles(rows); }
+AmxTiles::AmxTiles(int64_t rows) { ConfigureTilesFor(rows); }
 AmxTiles::~AmxTiles() { ReleaseTiles(); }
 
 BNB_TARGET_AMX void TileBf16Amx(const uint16_t* a, int64_t M, const Packed4& w, const float* code16, int64_t t,

@@ -21,7 +21,7 @@
 #include <cstring>
 #include <memory>
 
-#include "bnb/core/amx_state.h"
+#include "bnb/core/amx_tiles.h"
 
 #define BNB_TARGET_AMX_INT8 \
   __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,amx-tile,amx-int8")))
@@ -38,27 +38,7 @@ constexpr int64_t kArrangedBytes = int64_t{1} << 20;   // A's arranged rows per 
 constexpr int64_t kAmxFromRows = 8;
 
 // Tiles 0, 1: B's; 2, 3: A's; 4 - 7: C's (4: B tile 0 x A tile 2, 5: 0 x 3, 6: 1 x 2, 7: 1 x 3). All 16 x 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-
-BNB_TARGET_AMX_INT8 void ConfigureTiles() {
-  TileConfig config;
-  std::memset(&config, 0, sizeof(config));
-  config.palette = 1;
-  for (int i = 0; i < 8; ++i) {
-    config.colsb[i] = kStep;
-    config.rows[i] = kTile;
-  }
-  _tile_loadconfig(&config);
-}
-
-// GCC's _tile_loadd names no memory operand: without this, the arranged copy's stores might move past the loads.
-inline void CompilerSeesTileLoads() { asm volatile("" ::: "memory"); }
+constexpr uint8_t kTileRows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
 
 // Rows [0, rows) of A (rows <= 16) as K / 64 tiles of TDPBSSD's second operand: in tile s, row r holds, for each of
 // the 16 rows m, A[m, 64 s + 4 r .. 64 s + 4 r + 3] (zeros for m >= rows).
@@ -138,8 +118,6 @@ BNB_TARGET_AMX_INT8 void Block(const int8_t* b, int64_t ldb, const int8_t* a, in
 
 #undef BNB_WRITE_TILE
 
-BNB_TARGET_AMX_INT8 void ReleaseTiles() { _tile_release(); }
-
 }  // namespace
 
 bool HasAmxInt8() {
@@ -157,7 +135,7 @@ BNB_TARGET_AMX_INT8 void GemmAmxInt8(const int8_t* A, int64_t lda, const int8_t*
                                    std::max(kTile, kArrangedBytes / K / kTile * kTile));
     const auto arranged = std::unique_ptr<int8_t[]>(new (std::align_val_t{64}) int8_t[slice * K]);
     alignas(64) int32_t stored[kTile * kTile];
-    ConfigureTiles();
+    ConfigureTiles(kTileRows);
     for (int64_t m0 = 0; m0 < M; m0 += slice) {
       const int64_t rows = std::min(slice, M - m0), row_tiles = (rows + kTile - 1) / kTile;
       for (int64_t i = 0; i < row_tiles; ++i) {

@@ -15,7 +15,7 @@ namespace bnb::core::int8_gemm_x86 {
 // Whether the processor has AVX512-VNNI (CPUID; the caller checks that AVX-512 itself is dispatched).
 bool HasAvx512Vnni();
 
-// Whether the processor has AVX512-VNNI and AMX-INT8 and Linux granted this process the tile state (amx_state.h).
+// Whether the processor has AVX512-VNNI and AMX-INT8 and Linux granted this process the tile state (amx_tiles.h).
 bool HasAmxInt8();
 
 // Int8Gemm's contract (int8_gemm.h); each needs its instruction set on the processor.
