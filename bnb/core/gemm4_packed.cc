@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <memory>
 #include <vector>
 
+#include "bnb/core/aligned64.h"
 #include "bnb/core/blockwise4.h"
 #include "bnb/core/cpu_isa.h"
 #include "bnb/core/gemm4_packed_x86.h"
@@ -76,18 +76,6 @@ constexpr int64_t kMaxF16Rows = 256;
 // of 256 rows (the pair kernel's K blocks keep their A in L2) decode the weight half as often as slices of 128 and
 // measured 0.78-1.00x at 256-512 rows against 0.82-1.12x (tools/bench/NOTES.md, 'AMX: tile pairs').
 constexpr int64_t kMaxAmxRows = 256;
-
-// n values from a 64-byte boundary (AMX tile rows: whole cache lines), not initialized: every user writes them
-// before it reads them.
-template <class T>
-class Aligned64 {
- public:
-  explicit Aligned64(int64_t n) : values_(new T[n + 64 / sizeof(T)]) {}
-  T* data() { return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(values_.get()) + 63) & ~uintptr_t{63}); }
-
- private:
-  std::unique_ptr<T[]> values_;
-};
 
 // Tile t's sums for rows [r0, r0 + rows) (sums[(r - r0) * 16 + j]) plus bias, each rounded once into out.
 void StoreTile(DType dtype, const float* sums, int64_t r0, int64_t rows, const Packed4& w, int64_t t,

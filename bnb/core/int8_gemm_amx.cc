@@ -19,8 +19,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
 
+#include "bnb/core/aligned64.h"
 #include "bnb/core/amx_tiles.h"
 
 #define BNB_TARGET_AMX_INT8 \
@@ -86,8 +86,7 @@ BNB_TARGET_AMX_INT8 void Products(const int8_t* b, int64_t ldb, const int8_t* a,
 // C one gather of a column of the tile.
 BNB_TARGET_AMX_INT8 void WriteTile(const int32_t* stored, int64_t rows, int32_t* c, int64_t ldc) {
   CompilerSeesTileLoads();
-  const __m512i column = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32(kTile));
+  const __m512i column = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
   for (int64_t m = 0; m < rows; ++m) {
     const __m512i v = _mm512_i32gather_epi32(_mm512_add_epi32(column, _mm512_set1_epi32(static_cast<int>(m))),
                                              stored, 4);
@@ -133,20 +132,20 @@ BNB_TARGET_AMX_INT8 void GemmAmxInt8(const int8_t* A, int64_t lda, const int8_t*
     const int64_t steps = K / kStep;
     const int64_t slice = std::min((M + kTile - 1) / kTile * kTile,
                                    std::max(kTile, kArrangedBytes / K / kTile * kTile));
-    const auto arranged = std::unique_ptr<int8_t[]>(new (std::align_val_t{64}) int8_t[slice * K]);
+    Aligned64<int8_t> arranged(slice * K);
     alignas(64) int32_t stored[kTile * kTile];
     ConfigureTiles(kTileRows);
     for (int64_t m0 = 0; m0 < M; m0 += slice) {
       const int64_t rows = std::min(slice, M - m0), row_tiles = (rows + kTile - 1) / kTile;
       for (int64_t i = 0; i < row_tiles; ++i) {
         ArrangeRowTile(A + (m0 + i * kTile) * lda, lda, std::min(kTile, rows - i * kTile), K,
-                       arranged.get() + i * steps * kTileBytes);
+                       arranged.data() + i * steps * kTileBytes);
       }
       for (int64_t j = 0; j < tiles_n; j += 2) {
         const int64_t n = n0 + j * kTile;
         const int8_t* b = B + n * ldb;
         for (int64_t i = 0; i < row_tiles; i += 2) {
-          const int8_t* a = arranged.get() + i * steps * kTileBytes;
+          const int8_t* a = arranged.data() + i * steps * kTileBytes;
           const int64_t r = std::min(2 * kTile, rows - i * kTile);
           int32_t* c = C + (m0 + i * kTile) * ldc + n;
           const bool two_b = j + 1 < tiles_n, two_a = i + 1 < row_tiles;
