@@ -26,8 +26,8 @@ int main(int argc, char** argv) {
   for (const int64_t len : {bnb::bench::kStreamedLength, bnb::bench::kCachedLength}) {
     const int64_t reps = n / len;
     std::printf("ns per element, %lld elements%s\n", static_cast<long long>(len), reps > 1 ? " (in cache)" : "");
-    std::printf("%-8s %5s %14s %14s %14s %14s\n", "isa", "bs", "quant f32", "quant bf16", "dequant f32",
-                "dequant bf16");
+    std::printf("%-8s %5s %14s %14s %14s %14s %14s\n", "isa", "bs", "quant f32", "quant bf16", "quant f16",
+                "dequant f32", "dequant bf16");
     const auto per_elem = [&](const auto& fn) {
       return BestNs([&] { for (int64_t k = 0; k < reps; ++k) fn(); }, args->rounds) / static_cast<double>(n);
     };
@@ -39,10 +39,11 @@ int main(int argc, char** argv) {
         const Blockwise8Range r{len, bs, 0, NumBlocks(len, bs)};
         const double q32 = per_elem([&] { QuantizeBlockwise8(DType::kFloat32, in.f32.data(), *cb, r, codes.data(), absmax.data()); });
         const double q16 = per_elem([&] { QuantizeBlockwise8(DType::kBFloat16, in.bf16.data(), *cb, r, codes.data(), absmax.data()); });
+        const double q16h = per_elem([&] { QuantizeBlockwise8(DType::kFloat16, in.f16.data(), *cb, r, codes.data(), absmax.data()); });
         const double d32 = per_elem([&] { DequantizeBlockwise8(DType::kFloat32, codes.data(), absmax.data(), *cb, r, out.data()); });
         const double d16 = per_elem([&] { DequantizeBlockwise8(DType::kBFloat16, codes.data(), absmax.data(), *cb, r, out_bf16.data()); });
-        std::printf("%-8s %5lld %11.3f ns %11.3f ns %11.3f ns %11.3f ns\n", isa.c_str(), static_cast<long long>(bs),
-                    q32, q16, d32, d16);
+        std::printf("%-8s %5lld %11.3f ns %11.3f ns %11.3f ns %11.3f ns %11.3f ns\n", isa.c_str(),
+                    static_cast<long long>(bs), q32, q16, q16h, d32, d16);
       }
     }
     if (!SetIsaCap("best").ok()) return 1;
