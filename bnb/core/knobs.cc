@@ -67,6 +67,10 @@ const std::vector<KnobSpec>& AllKnobs() {
        "codes err far more, about +0.5%); elsewhere the knob changes nothing"},
       {"cpu.huge_pages", KnobType::kBool, true, 0, 0,
        "advise transparent huge pages for large CPU outputs: far fewer page faults on first write"},
+      {"cpu.output_cache_mb", KnobType::kInt, int64_t{512}, 0, int64_t{1} << 20,
+       "MB of freed large CPU outputs (8 MB and up) kept for the next outputs to reuse, so an allocating op called "
+       "in a loop does not fault in fresh pages each call; a block unused for 10 s is released at the next such "
+       "allocation or free; 0 releases each output when it is freed"},
       {"cuda.threads_per_block", KnobType::kInt, int64_t{0}, 0, 1024, ThreadsPerBlockDoc(),
        [](const KnobValue& v) {
          const int64_t t = std::get<int64_t>(v);

@@ -18,6 +18,7 @@
 #include "bnb/jit/kernel_cache.h"
 #include "bnb/jit/kernel_registry.h"
 #include "bnb/ops/common/negative_views.h"
+#include "bnb/ops/common/output_cache.h"
 
 namespace py = pybind11;
 
@@ -161,6 +162,18 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("dtype"), py::arg("M"),
   "The CPU kernel gemm_4bit_packed runs for M rows of A of this dtype (one call; more rows run as slices): amx, "
   "avx512bf16, avx512 or none, after the cpu.isa cap, cpu.amx and cpu.gemv_bf16_products.");
+  m.def("output_cache_stats", [] {
+    const bnb::ops::OutputCacheStats s = bnb::ops::GetOutputCacheStats();
+    py::dict d;
+    d["cached_bytes"] = s.cached_bytes;
+    d["cached_blocks"] = s.cached_blocks;
+    d["reuses"] = s.reuses;
+    d["mappings"] = s.mappings;
+    return d;
+  }, "The CPU output cache (cpu.output_cache_mb): bytes and blocks held for reuse now; allocations served from it "
+  "and fresh mappings since the process started.");
+  m.def("release_output_cache", &bnb::ops::ReleaseOutputCache,
+        "Unmaps every block the CPU output cache holds (tensors still alive are untouched).");
   m.def("gemm4_packed_dense_from", [](const std::string& dtype) {
     const bnb::core::CpuSettings settings = Unwrap(bnb::core::CurrentCpuSettings());  // applies the cap first
     return bnb::core::Gemm4PackedDenseFrom(ParseFloatDType("gemm4_packed_dense_from", dtype),

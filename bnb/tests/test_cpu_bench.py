@@ -65,12 +65,13 @@ def test_blockwise4_bench_prints_every_row(capsys):
     assert len(gemv) == 2, out
     for line in gemv:
         assert all(float(us) > 0 for us in line.split()[-3:]), line
-    latency = re.findall(r"^(float32|bfloat16), huge_pages=(true|false)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$",
-                         out, re.M)
-    assert len(latency) == 4, out
+    latency = re.findall(r"^(float32|bfloat16), (output cache|no cache, huge pages|no cache, 4 KB pages)"
+                         r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", out, re.M)
+    assert len(latency) == 6, out
     for *_, first, p50, p99, worst in latency:
         assert 0 < float(p50) <= float(p99) <= float(worst) and float(first) <= float(worst)
-    assert bnb.config.get("cpu.huge_pages") is True  # the table puts the knob back
+    assert bnb.config.get("cpu.huge_pages") is True  # the table puts the knobs back
+    assert bnb.config.get("cpu.output_cache_mb") == 512
 
 
 def test_gemv4_bench_prints_every_row(capsys):

@@ -3,7 +3,8 @@ F.linear with float32 and bfloat16 weights, all measured in one run.
 
 Throughput counts bytes read plus bytes written. gemv times are per call for one token (1 x K input).
 The latency table times every call of the allocating dequantize_4bit (a new output each call, as users call it),
-first call included, with the cpu.huge_pages knob on and off: first, p50, p99 and worst, not only the best.
+first call included, with the output cache (the default) and without it, huge pages on and off: first, p50, p99
+and worst, not only the best.
 Run: tools/bench/run_cpu.sh, or .venv/bin/python tools/bench/cpu_blockwise4.py.
 """
 
@@ -76,29 +77,36 @@ def gemv_table(shapes, repeat: int) -> None:
             print(f"{name:<28}{t_g * 1e6:>14.0f}{t_32 * 1e6:>18.0f}{t_16 * 1e6:>18.0f}")
 
 
+# The latency table's settings: the default (freed outputs reused from the output cache), and without the cache,
+# fresh memory each call, advised as huge pages or not.
+LATENCY_SETTINGS = [
+    ("output cache", {}),
+    ("no cache, huge pages", {"cpu__output_cache_mb": 0, "cpu__huge_pages": True}),
+    ("no cache, 4 KB pages", {"cpu__output_cache_mb": 0, "cpu__huge_pages": False}),
+]
+LATENCY_RUN = 5  # calls of one setting in a row: the cache keeps its block only while its setting runs
+
+
 def latency_table(n: int, calls: int) -> None:
-    """Allocating dequantize_4bit, every call timed, with huge pages advised for the output and without. The
-    cases alternate a call at a time, so a slow stretch of the machine falls on both alike."""
+    """Allocating dequantize_4bit, every call timed, under each of LATENCY_SETTINGS. The settings take turns in runs
+    of LATENCY_RUN calls, so a slow stretch of the machine falls on all alike; "first" is a setting's first call."""
     head = (f"{'dequantize_4bit, new output, ' + str(calls) + ' calls':<40}{'first ms':>10}{'p50 ms':>10}"
             f"{'p99 ms':>10}{'worst ms':>10}")
     print(head)
     print("-" * len(head))
-    saved = bnb.config.get("cpu.huge_pages")
-    try:
-        for dtype in (torch.float32, torch.bfloat16):
-            packed, absmax = torch.ops.bnb.quantize_4bit(torch.randn(n).to(dtype), 64, "nf4", torch.uint8)
-            times = {True: [], False: []}
-            for _ in range(calls):
-                for huge in (True, False):
-                    bnb.config.set("cpu.huge_pages", huge)
-                    times[huge] += call_seconds(
-                        lambda: torch.ops.bnb.dequantize_4bit(packed, absmax, 64, "nf4", [n], dtype), 1)
-            for huge in (True, False):
-                t = [s * 1e3 for s in times[huge]]
-                name = f"{dtype_name(dtype)}, huge_pages={str(huge).lower()}"
-                print(f"{name:<40}{t[0]:>10.3f}{percentile(t, 0.5):>10.3f}{percentile(t, 0.99):>10.3f}{max(t):>10.3f}")
-    finally:
-        bnb.config.set("cpu.huge_pages", saved)
+    for dtype in (torch.float32, torch.bfloat16):
+        packed, absmax = torch.ops.bnb.quantize_4bit(torch.randn(n).to(dtype), 64, "nf4", torch.uint8)
+        times = {name: [] for name, _ in LATENCY_SETTINGS}
+        while len(times[LATENCY_SETTINGS[0][0]]) < calls:
+            for name, knobs in LATENCY_SETTINGS:
+                with bnb.config.override(**knobs):
+                    for _ in range(min(LATENCY_RUN, calls - len(times[name]))):
+                        times[name] += call_seconds(
+                            lambda: torch.ops.bnb.dequantize_4bit(packed, absmax, 64, "nf4", [n], dtype), 1)
+        for name, _ in LATENCY_SETTINGS:
+            t = [s * 1e3 for s in times[name]]
+            row = f"{dtype_name(dtype)}, {name}"
+            print(f"{row:<40}{t[0]:>10.3f}{percentile(t, 0.5):>10.3f}{percentile(t, 0.99):>10.3f}{max(t):>10.3f}")
 
 
 if __name__ == "__main__":

@@ -104,7 +104,7 @@ struct Cpu {
     }
     const at::Tensor a = A.contiguous(), am = absmax.contiguous();
     const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
-    at::Tensor out = at::empty(ShapeWithLast(A, N), A.options());
+    at::Tensor out = EmptyOutput(ShapeWithLast(A, N), A.options());
     c10::optional<CpuNested> stats;
     if (nested.present()) stats.emplace(op, absmax, nested);
     const void* ap = a.data_ptr();
@@ -134,7 +134,7 @@ struct Cpu {
     const bool widen = !core::NativeProducts(FloatDType(op, "A", A.scalar_type()));
     const at::Tensor a = widen ? A.to(at::kFloat) : A;
     const c10::optional<at::Tensor> b = widen && bias.has_value() ? bias->to(at::kFloat) : bias;
-    at::Tensor out = at::empty(ShapeWithLast(a, N), a.options());
+    at::Tensor out = EmptyOutput(ShapeWithLast(a, N), a.options());
     BandedProduct(a, N, K, step, b, out, [&](int64_t n0, int64_t rows, at::Tensor& w) {
       const int64_t b0 = n0 * K / blocksize, blocks = core::NumBlocks(rows * K, blocksize);
       Dequantize(op, packed.narrow(0, n0 * K / 2, core::PackedSize4(rows * K)), scales.narrow(0, b0, blocks), q,

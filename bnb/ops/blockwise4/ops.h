@@ -240,7 +240,7 @@ struct Ops {
                              const c10::optional<at::Tensor>& absmax_offset) {
     constexpr const char* op = "gemv_4bit";
     const Nested nested{absmax_8bit, absmax_code, absmax_offset};
-    at::Tensor out = at::empty_symint(CheckGemv(op, A, B, shapeB, absmax, code, blocksize, nested), A.options());
+    at::Tensor out = EmptyOutputSymint(CheckGemv(op, A, B, shapeB, absmax, code, blocksize, nested), A.options());
     if constexpr (!Backend::kIsMeta) {
       RunGemv(op, A, PackedBytes(B), shapeB[0], shapeB[1], absmax, nested, code, blocksize, out);
     }
@@ -331,7 +331,7 @@ struct Ops {
       return at::empty_symint(shape, A.options());
     } else {
       if constexpr (HasPacked<Backend>::value) {
-        at::Tensor out = at::empty_symint(shape, A.options());
+        at::Tensor out = EmptyOutputSymint(shape, A.options());
         if (Backend::GemmPacked(op, A, codes, scales, shapeB[0], shapeB[1], blocksize, code, bias, int8_activations,
                                 out)) {
           return out;

@@ -8,11 +8,12 @@
 
 namespace bnb::ops {
 
-// at::empty(sizes, options). On the CPU, when the cpu.huge_pages knob is on and the tensor is large, its pages are
-// advised as transparent huge pages before the kernel first writes them: a fresh output can then fault in 2 MB pages
-// instead of 4 KB ones, which cuts its first-touch cost (figures: tools/bench/NOTES.md, 'Huge-page outputs'). Only
-// the tensor's own memory is advised; the advice changes no value.
+// at::empty(sizes, options). Large CPU outputs come from the output cache (output_cache.h): memory an earlier
+// output freed, else a fresh mapping advised as transparent huge pages when the cpu.huge_pages knob is on, so it
+// faults in 2 MB pages instead of 4 KB ones (figures: tools/bench/NOTES.md, 'Huge-page outputs', 'Output cache').
 at::Tensor EmptyOutput(at::IntArrayRef sizes, const at::TensorOptions& options);
+// The same for shapes of symbolic integers (the meta kernels' traced shapes stay with at::empty_symint).
+at::Tensor EmptyOutputSymint(c10::SymIntArrayRef sizes, const at::TensorOptions& options);
 
 // For out= arguments: runs fill(dst) on a contiguous tensor of out's shape and dtype that shares no memory with
 // `inputs` - out itself when it qualifies, else a temporary copied into out afterwards - so a strided out, or one

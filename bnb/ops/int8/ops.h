@@ -93,7 +93,7 @@ struct Ops {
                                                                                       double threshold) {
     constexpr const char* op = "int8_vectorwise_quant";
     const auto [rows, K] = CheckQuantizeInput(op, A, threshold);
-    at::Tensor codes = at::empty(A.sizes(), A.options().dtype(at::kChar));
+    at::Tensor codes = EmptyOutput(A.sizes(), A.options().dtype(at::kChar));
     at::Tensor stats = at::empty({rows}, A.options().dtype(at::kFloat));
     c10::optional<at::Tensor> cols = Backend::QuantizeRows(op, A, threshold, codes, stats);
     return {codes, stats, cols};
@@ -102,7 +102,7 @@ struct Ops {
   static at::Tensor VectorwiseDequant(const at::Tensor& A, const at::Tensor& stats) {
     constexpr const char* op = "int8_vectorwise_dequant";
     CheckDequantizeRows(op, A, stats);
-    at::Tensor out = at::empty_symint(A.sym_sizes(), A.options().dtype(at::kFloat));
+    at::Tensor out = EmptyOutputSymint(A.sym_sizes(), A.options().dtype(at::kFloat));
     if constexpr (!Backend::kIsMeta) Backend::DequantizeRows(op, A, stats, out);
     return out;
   }
@@ -111,8 +111,8 @@ struct Ops {
       const at::Tensor& A, double threshold) {
     constexpr const char* op = "int8_double_quant";
     const auto [rows, K] = CheckQuantizeInput(op, A, threshold);
-    at::Tensor row_codes = at::empty(A.sizes(), A.options().dtype(at::kChar));
-    at::Tensor col_codes = at::empty(A.sizes(), A.options().dtype(at::kChar));
+    at::Tensor row_codes = EmptyOutput(A.sizes(), A.options().dtype(at::kChar));
+    at::Tensor col_codes = EmptyOutput(A.sizes(), A.options().dtype(at::kChar));
     at::Tensor row_stats = at::empty({rows}, A.options().dtype(at::kFloat));
     at::Tensor col_stats = at::empty({K}, A.options().dtype(at::kFloat));
     c10::optional<at::Tensor> cols = Backend::QuantizeRows(op, A, threshold, row_codes, row_stats);
@@ -122,7 +122,7 @@ struct Ops {
 
   static at::Tensor LinearMatmul(const at::Tensor& A, const at::Tensor& B) {
     constexpr const char* op = "int8_linear_matmul";
-    at::Tensor out = at::empty_symint(CheckMatmul(op, A, B), A.options().dtype(at::kInt));
+    at::Tensor out = EmptyOutputSymint(CheckMatmul(op, A, B), A.options().dtype(at::kInt));
     if constexpr (!Backend::kIsMeta) {
       at::Tensor rows = Rows(out);
       Backend::Matmul(op, Rows(A), B, rows);
@@ -149,7 +149,7 @@ struct Ops {
     TORCH_CHECK(A.dim() >= 1, "bnb::", op, ": A must have at least one dimension, got a scalar");
     const c10::ScalarType out_type =
         CheckDequantizeProduct(op, A, SymRows(A), A.sym_size(-1), row_stats, col_stats, dtype, bias);
-    at::Tensor out = at::empty_symint(A.sym_sizes(), A.options().dtype(out_type));
+    at::Tensor out = EmptyOutputSymint(A.sym_sizes(), A.options().dtype(out_type));
     if constexpr (!Backend::kIsMeta) {
       at::Tensor rows = Rows(out);
       Backend::DequantizeProduct(op, Rows(A), row_stats, col_stats, bias, rows);
@@ -164,7 +164,7 @@ struct Ops {
     const std::vector<c10::SymInt> shape = CheckMatmul(op, A, B);
     const c10::ScalarType out_type =
         CheckDequantizeProduct(op, A, SymRows(A), B.sym_size(0), row_stats, col_stats, dtype, bias);
-    at::Tensor out = at::empty_symint(shape, A.options().dtype(out_type));
+    at::Tensor out = EmptyOutputSymint(shape, A.options().dtype(out_type));
     if constexpr (!Backend::kIsMeta) ScaledProduct(op, A, B, row_stats, col_stats, bias, out);
     return out;
   }
@@ -185,7 +185,7 @@ struct Ops {
       return {at::empty_symint(shape, A.options()), at::empty_symint({SymRows(A), n}, A.options())};
     } else {
       const at::Tensor cols = CheckedOutlierColumns(op, outlier_cols, A);
-      at::Tensor out = at::empty_symint(shape, A.options());
+      at::Tensor out = EmptyOutputSymint(shape, A.options());
       ScaledProduct(op, CA, CB, SCA, SCB, bias, out);
       // The outlier columns in A's precision: A's and the weight's (dequantized) columns, added by one addmm.
       const at::Tensor subA = Rows(A).index_select(1, cols);

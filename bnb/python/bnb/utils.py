@@ -14,7 +14,7 @@ from ._state_dict import pack_dict_to_tensor, unpack_tensor_to_dict
 
 __all__ = ["OutlierTracer", "find_outlier_dims", "outlier_hook", "replace_linear", "pack_dict_to_tensor",
            "unpack_tensor_to_dict", "LINEAR_8BIT_WEIGHTS_FORMAT_MAPPING", "INVERSE_LINEAR_8BIT_WEIGHTS_FORMAT_MAPPING",
-           "execute_and_return", "sync_gpu"]
+           "execute_and_return", "sync_gpu", "empty_cpu_output_cache", "cpu_output_cache_info"]
 
 logger = logging.getLogger(__name__)
 
@@ -132,3 +132,19 @@ def sync_gpu(t: torch.Tensor) -> None:
         torch.cuda.synchronize(t.device)
     elif t.device.type == "xpu":
         torch.xpu.synchronize(t.device)
+
+
+def empty_cpu_output_cache() -> None:
+    """Hands back to the system the memory that bnb's CPU output cache holds: large outputs (8 MB and up) that were
+    freed and are kept for the next outputs to reuse (at most the knob cpu.output_cache_mb; a block unused for 10 s
+    goes at the next such allocation or free anyway). Tensors still alive are untouched. Like
+    torch.cuda.empty_cache() for bnb's CPU outputs."""
+    from . import _C
+    _C.release_output_cache()
+
+
+def cpu_output_cache_info() -> dict:
+    """bnb's CPU output cache: cached_bytes and cached_blocks held for reuse now; reuses (outputs served from it) and
+    mappings (outputs that took fresh memory) since the process started."""
+    from . import _C
+    return _C.output_cache_stats()
