@@ -15,6 +15,7 @@
 
 #include "bnb/core/blockwise4.h"
 #include "bnb/core/blockwise4_x86.h"
+#include "bnb/core/cpu_isa.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bnb/core/blockwise4_hwy.cc"
@@ -516,9 +517,8 @@ class KeyPlan {
 // in the caches beside input streamed from memory, and smaller blocks paid more for their table's miss than the keys
 // saved; on Sapphire / Emerald Rapids (L2 2 MB, the division dearer) keys win from blocksize 64 (figures:
 // tools/bench/NOTES.md, '4-bit quantize: bfloat16 by its bits', 'float16 by keys on Intel'). bfloat16's 128 tables
-// (16 KB) stay everywhere. By vendor (tuning, as gemv4_x86.cc's prefetch hint), read once at load, after
-// __builtin_cpu_init: a static initializer may run before libgcc's own.
-const int64_t kFloat16KeysFrom = (__builtin_cpu_init(), __builtin_cpu_is("intel")) ? 64 : 512;
+// (16 KB) stay everywhere. By vendor (tuning, as gemv4_x86.cc's prefetch hint), read once at load.
+const int64_t kFloat16KeysFrom = CpuIsIntel() ? 64 : 512;
 
 // The bits of a block's absmax: a value of kT (bfloat16 or float16) widened to float32.
 template <DType kT>

@@ -10,6 +10,7 @@
 
 #include "bnb/core/blockwise8.h"
 #include "bnb/core/blockwise8_x86.h"
+#include "bnb/core/cpu_isa.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bnb/core/blockwise8_hwy.cc"
@@ -548,7 +549,10 @@ void DequantizeT(const uint8_t* codes, const float* absmax, const PreparedCodebo
 void Quantize(DType dtype, const void* x, const PreparedCodebook& cb, const Blockwise8Range& r, uint8_t* codes,
               float* absmax) {
 #if BNB_RUNS_AVX2_8BIT_KERNELS
-  return N_AVX2::Quantize(dtype, x, cb, r, codes, absmax);
+  // But on Intel the AVX-512 float32 and float16 quantizes run their own kernels: from memory 15-30% faster there
+  // (tools/bench/NOTES.md, '8-bit quantize on Intel: AVX-512's own float32 and float16').
+  static const bool own_wider = CpuIsIntel();
+  if (dtype == DType::kBFloat16 || !own_wider) return N_AVX2::Quantize(dtype, x, cb, r, codes, absmax);
 #endif
   switch (dtype) {
     case DType::kFloat32: return QuantizeT<DType::kFloat32>(x, cb, r, codes, absmax);

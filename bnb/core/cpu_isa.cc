@@ -99,6 +99,11 @@ namespace {
 std::atomic<bool> amx_allowed{true};
 }  // namespace
 
+bool CpuIsIntel() {
+  __builtin_cpu_init();
+  return __builtin_cpu_is("intel");
+}
+
 void SetAmxAllowed(bool allowed) { amx_allowed.store(allowed, std::memory_order_relaxed); }
 bool AmxAllowed() { return amx_allowed.load(std::memory_order_relaxed); }
 

@@ -29,6 +29,10 @@ absl::Status SetIsaCap(absl::string_view name);
 // OK when SetIsaCap would accept `name`.
 absl::Status ValidateIsaName(absl::string_view name);
 
+// Whether this is an Intel processor: kernels tuned by vendor (a prefetch hint, which of two exact kernels runs)
+// read it. Safe from static initializers (it initializes libgcc's CPU model first).
+bool CpuIsIntel();
+
 // Whether kernels may use AMX tiles where the CPU has them and the cap allows AVX-512 (knob cpu.amx; default true).
 void SetAmxAllowed(bool allowed);
 bool AmxAllowed();

@@ -15,6 +15,7 @@
 // Why these and not byte shuffles within 128-bit blocks (the Highway kernel's fast path): on Zen 4 a zmm vpermps or
 // vpermw issues at one per cycle like vpshufb, so the cross-lane lookup costs nothing extra and saves the interleaves
 // (tools/bench/NOTES.md, '4-bit gemv on AVX-512').
+#include "bnb/core/cpu_isa.h"
 #include "bnb/core/gemv4_x86.h"
 #include "bnb/core/lookup256_x86.h"
 
@@ -64,9 +65,8 @@ BNB_TARGET_AVX512 inline __m512 LaneScales(const float* absmax, int64_t f, int b
 // there into L2 (T1), one token 1.15-1.3x faster ('Prefetch into L2 on Sapphire Rapids').
 constexpr int64_t kPrefetchBytes = 2048;
 
-// Read once at load (a function-local static would test its guard on every chunk); __builtin_cpu_init first, as a
-// static initializer may run before libgcc's own.
-const bool kPrefetchIntoL2 = (__builtin_cpu_init(), __builtin_cpu_is("intel"));
+// Read once at load (a function-local static would test its guard on every chunk).
+const bool kPrefetchIntoL2 = CpuIsIntel();
 
 inline void PrefetchCodes(const uint8_t* p) {
   if (kPrefetchIntoL2) {
