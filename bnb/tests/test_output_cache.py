@@ -211,3 +211,34 @@ def test_products_and_int8_outputs_come_from_the_cache():
     product = torch.ops.bnb.int8_linear_matmul(codes, wcodes)
     assert held_after_freeing(lambda: torch.ops.bnb.int8_mm_dequant(product, stats, wstats, torch.float32, None)) \
         == 16 * MB
+
+
+def test_threads_allocating_and_freeing_at_once():
+    """Four threads take and return blocks of several sizes at once (the ops run without the GIL); every output
+    holds its own values, and the cache's books balance."""
+    import threading
+    sizes = [N // 2, N, N + (1 << 20), 2 * N]  # 16-64 MB outputs; N and N + 1M share blocks within the fit rule
+    inputs = {n: quantized(n=n, seed=n) for n in sizes}
+    wants = {n: expected(*inputs[n], n=n) for n in sizes}
+    errors = []
+
+    def work(seed):
+        try:
+            for i in range(12):
+                n = sizes[(seed + i) % len(sizes)]
+                out = dequantize(*inputs[n], n=n)
+                if not torch.equal(out, wants[n]):
+                    errors.append((seed, i, n))
+                out.fill_(float("nan"))
+                del out
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads) and not errors, errors
+    info = bnb.utils.cpu_output_cache_info()
+    assert info["reuses"] > 0 and 0 < info["cached_bytes"] <= 512 * MB
