@@ -549,10 +549,11 @@ void DequantizeT(const uint8_t* codes, const float* absmax, const PreparedCodebo
 void Quantize(DType dtype, const void* x, const PreparedCodebook& cb, const Blockwise8Range& r, uint8_t* codes,
               float* absmax) {
 #if BNB_RUNS_AVX2_8BIT_KERNELS
-  // But on Intel the AVX-512 float32 and float16 quantizes run their own kernels: from memory 15-30% faster there
-  // (tools/bench/NOTES.md, '8-bit quantize on Intel: AVX-512's own float32 and float16').
-  static const bool own_wider = CpuIsIntel();
-  if (dtype == DType::kBFloat16 || !own_wider) return N_AVX2::Quantize(dtype, x, cb, r, codes, absmax);
+  // The AVX2 kernels (blockwise8_coders-inl.h says why), except for float32 and float16 on Intel, where this
+  // target's own ran 15-30% faster from memory (tools/bench/NOTES.md, '8-bit quantize on Intel: AVX-512's own
+  // float32 and float16').
+  static const bool intel = CpuIsIntel();
+  if (dtype == DType::kBFloat16 || !intel) return N_AVX2::Quantize(dtype, x, cb, r, codes, absmax);
 #endif
   switch (dtype) {
     case DType::kFloat32: return QuantizeT<DType::kFloat32>(x, cb, r, codes, absmax);
