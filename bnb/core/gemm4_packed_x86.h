@@ -10,8 +10,9 @@
 namespace bnb::core::packed4_x86 {
 
 // Tile t's codes in the layout from B (bitsandbytes' packing, N x K), all 16 of its rows below N: Pack4's
-// permutation by 8 x 8 transposes of 16-bit words (AVX2 instructions; called where the AVX-512 kernels run).
-void PackTileCodes(const uint8_t* B, int64_t K, int64_t t, uint8_t* codes);
+// permutation by 8 x 8 transposes of 16-bit words (AVX2 instructions; called where the AVX-512 kernels run). With
+// `stream`, codes (64-byte aligned) are written by streaming stores (stream_stores.h).
+void PackTileCodes(const uint8_t* B, int64_t K, int64_t t, uint8_t* codes, bool stream);
 // The inverse for a whole tile: its 16 rows' bitsandbytes bytes, row j at rows + j * K / 2.
 void UnpackTileCodes(const uint8_t* codes, int64_t K, int64_t t, uint8_t* rows);
 

@@ -12,9 +12,11 @@
 #include <random>
 #include <vector>
 
+#include "bnb/core/aligned64.h"
 #include "bnb/core/blockwise4.h"
 #include "bnb/core/cpu_isa.h"
 #include "bnb/core/gemv4.h"
+#include "bnb/core/stream_stores.h"
 #include "bnb/tests/core_kernel_test.h"
 #include "gtest/gtest.h"
 
@@ -44,6 +46,23 @@ int CodeAt(const Weight& w, int64_t n, int64_t k) {
   return i % 2 == 0 ? b >> 4 : b & 15;
 }
 
+// Every element of w where the layout says in codes / scales (Pack4's output for all of w's tiles).
+void ExpectLayout(const Weight& w, const uint8_t* codes, const std::vector<float>& scales) {
+  const int64_t N = w.N, K = w.K, bs = w.blocksize;
+  for (int64_t n = 0; n < Packed4Tiles(N) * kPackRows; ++n) {
+    const int64_t t = n / kPackRows, j = n % kPackRows;
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t g = k / 64, c = k % 64, h = c / 32, p = (c % 32) / 2, e = c % 2;
+      const uint8_t byte = codes[((t * (K / 64) + g) * 16 + p) * 32 + 2 * j + e];
+      const int got = h == 0 ? byte & 15 : byte >> 4;
+      ASSERT_EQ(got, n < N ? CodeAt(w, n, k) : 0) << "N " << N << " K " << K << " row " << n << " col " << k;
+    }
+    for (int64_t b = 0; b < K / bs; ++b) {
+      ASSERT_EQ(scales[(t * (K / bs) + b) * kPackRows + j], n < N ? w.absmax[n * (K / bs) + b] : 0.0f);
+    }
+  }
+}
+
 // On every instruction set: whole tiles take vector code where the AVX-512 kernels run, the rest the scalar loop.
 TEST_P(EveryIsa, Pack4PutsEveryElementWhereTheLayoutSays) {
   std::mt19937 rng(1);
@@ -57,18 +76,26 @@ TEST_P(EveryIsa, Pack4PutsEveryElementWhereTheLayoutSays) {
     const int64_t tiles = Packed4Tiles(N);
     Pack4(w.B.data(), w.absmax.data(), N, K, bs, codes.data(), scales.data(), 0, tiles / 2);
     Pack4(w.B.data(), w.absmax.data(), N, K, bs, codes.data(), scales.data(), tiles / 2, tiles);
-    for (int64_t n = 0; n < tiles * kPackRows; ++n) {
-      const int64_t t = n / kPackRows, j = n % kPackRows;
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t g = k / 64, c = k % 64, h = c / 32, p = (c % 32) / 2, e = c % 2;
-        const uint8_t byte = codes[((t * (K / 64) + g) * 16 + p) * 32 + 2 * j + e];
-        const int got = h == 0 ? byte & 15 : byte >> 4;
-        ASSERT_EQ(got, n < N ? CodeAt(w, n, k) : 0) << "N " << N << " K " << K << " row " << n << " col " << k;
-      }
-      for (int64_t b = 0; b < K / bs; ++b) {
-        ASSERT_EQ(scales[(t * (K / bs) + b) * kPackRows + j], n < N ? w.absmax[n * (K / bs) + b] : 0.0f);
-      }
-    }
+    ExpectLayout(w, codes.data(), scales);
+  }
+}
+
+// A weight of kStreamFromBytes and more, into 64-byte aligned codes: the vector code's streaming stores (and its
+// prefetch past each row) give the same layout; a start 32 bytes off the alignment, the regular stores.
+TEST_P(EveryIsa, LargePackStreamsTheSameLayout) {
+  std::mt19937 rng(7);
+  const int64_t N = 4096 + 16, K = 4096, bs = 64;
+  static_assert((4096 + 16) * 4096 >= kStreamFromBytes, "each pass must move enough to stream");
+  const Weight w = RandomWeight(N, K, bs, rng);
+  const int64_t tiles = Packed4Tiles(N), bytes = Packed4CodeBytes(N, K);
+  Aligned64<uint8_t> buffer(bytes + 32);
+  for (const int64_t offset : {0, 32}) {
+    uint8_t* codes = buffer.data() + offset;
+    std::memset(codes, 0xEE, bytes);
+    std::vector<float> scales(Packed4ScaleCount(N, K, bs), -1.0f);
+    Pack4(w.B.data(), w.absmax.data(), N, K, bs, codes, scales.data(), 0, tiles / 3);
+    Pack4(w.B.data(), w.absmax.data(), N, K, bs, codes, scales.data(), tiles / 3, tiles);
+    ExpectLayout(w, codes, scales);
   }
 }
 
