@@ -194,6 +194,10 @@ BNB_TARGET_AVX512 void PackTileCodes(const uint8_t* B, int64_t K, int64_t t, uin
   if (stream) _mm_sfence();  // the streamed lines ordered before whatever the caller writes or signals next
 }
 
+// How far ahead of its group UnpackTileCodes fetches each row's line: 4 groups, 128 bytes (8 and 16 measured alike
+// or slower).
+constexpr int64_t kUnpackAheadGroups = 4;
+
 // PackTileCodes backwards: the transposes give each row's words back (the 8 x 8 transpose is its own inverse),
 // packus splits them into the a and b bytes, and row[p] = (a_p << 4) | (b_p & 0x0F), row[16 + p] = (a_p & 0xF0) |
 // (b_p >> 4).
@@ -204,6 +208,13 @@ BNB_TARGET_AVX512 void UnpackTileCodes(const uint8_t* codes, int64_t K, int64_t 
   for (int64_t g = 0; g < groups; ++g) {
     const uint8_t* group = codes + (t * groups + g) * kPackGroupBytes;
     __m256i first[8], second[8];  // runs 0-7 and 8-15; after the transposes, rows j and j + 8 (words 0-7, 8-15)
+    // The writes go to 16 rows K / 2 bytes apart, each line filled over two groups: its line kUnpackAheadGroups
+    // groups on fetched into L2 beforehand, once a line (prefetchw measured the same here).
+    if (g % 2 == 0) {
+      for (int j = 0; j < kPackRows; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows + j * row_bytes + (g + kUnpackAheadGroups) * 32), _MM_HINT_T1);
+      }
+    }
     for (int p = 0; p < 8; ++p) {
       first[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 32 * p));
       second[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 32 * (8 + p)));
