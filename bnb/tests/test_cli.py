@@ -113,6 +113,8 @@ def test_info_names_the_instruction_sets_run_here_and_those_this_cpu_lacks(tmp_p
     assert "scalar" in here.split() or "emu128" in here.split()
     only = run_bnb(tmp_path, "info", "--isas")
     assert only.stdout.strip() == line
+    cache = run_bnb(tmp_path, "info", BNB_CPU_OUTPUT_CACHE_MB="64")
+    assert "CPU output cache: freed outputs of 8 MB and up kept for reuse, at most 64 MB" in cache.stdout, cache.stdout
     # gemv_4bit's kernels, against the same flags: the AVX-512 ones where avx3 runs, vdpbf16ps where AVX512-BF16 too.
     gemv = next(l for l in run.stdout.splitlines() if l.startswith("gemv_4bit"))
     bf16 = "avx512bf16" if has_avx3 and "avx512_bf16" in flags else "avx512" if has_avx3 else "highway_bf16"

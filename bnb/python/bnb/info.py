@@ -28,5 +28,9 @@ def run_info(isas_only: bool = False) -> int:
         packed = {dtype: _C.gemm4_packed_kernel(dtype, 16) for dtype in ("float32", "bfloat16")}
         print(f"tiled layout (cpu.pack_4bit), 16 rows: float32/float16 A {packed['float32']}, bfloat16 A "
               f"{packed['bfloat16']} (knob cpu.amx)")
+        from . import config
+        print(f"CPU output cache: freed outputs of 8 MB and up kept for reuse, at most "
+              f"{config.get('cpu.output_cache_mb')} MB (knob cpu.output_cache_mb; "
+              f"bnb.utils.empty_cpu_output_cache() releases them)")
     print(isa_line())
     return 0
