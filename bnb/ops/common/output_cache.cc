@@ -70,12 +70,12 @@ class OutputCache final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     // Resizes reach here too (the storage keeps its allocator): small sizes go to torch's allocator.
     if (n < kOutputCacheFrom) return c10::GetCPUAllocator()->allocate(n);
-    ReadKnobs();
+    const bool huge_pages = ReadKnobs();
     const size_t bytes = (n + kHugePage - 1) & ~(kHugePage - 1);
     std::vector<Mapping> drop;
     Mapping m = Take(bytes, drop);
     for (const Mapping& d : drop) Unmap(d);
-    if (m.base == nullptr) m = MapFresh(bytes);
+    if (m.base == nullptr) m = MapFresh(bytes, huge_pages);
     return {m.base, new Mapping(m), &OutputCache::Return, c10::Device(c10::kCPU)};
   }
 
@@ -99,13 +99,14 @@ class OutputCache final : public c10::Allocator {
   }
 
  private:
-  // The knobs, read where errors can surface and kept for the deleter, which may run where reading them is unsafe.
-  void ReadKnobs() {
+  // The knobs, read as an allocation starts: the cap kept for the deleter (which may run where reading the
+  // configuration is unsafe), and whether fresh memory is advised as huge pages.
+  bool ReadKnobs() {
     bnb::core::Config& config = bnb::core::Config::Global();
     const absl::StatusOr<int64_t> mb = config.GetInt("cpu.output_cache_mb");
     cap_bytes_.store(mb.ok() ? static_cast<size_t>(*mb) << 20 : 0, std::memory_order_relaxed);
     const absl::StatusOr<bool> huge = config.GetBool("cpu.huge_pages");
-    huge_pages_.store(huge.ok() && *huge, std::memory_order_relaxed);
+    return huge.ok() && *huge;
   }
 
   // The smallest cached block that fits `bytes` within the slack (base null if none); stale blocks go to `drop`.
@@ -128,7 +129,7 @@ class OutputCache final : public c10::Allocator {
     return m;
   }
 
-  Mapping MapFresh(size_t bytes) {
+  Mapping MapFresh(size_t bytes, bool huge_pages) {
     void* p = MapAligned(bytes);
     if (p == nullptr) {  // memory held here is the first to give back
       ReleaseAll();
@@ -137,7 +138,7 @@ class OutputCache final : public c10::Allocator {
     TORCH_CHECK_WITH(OutOfMemoryError, p != nullptr, "bnb: could not allocate a CPU output of ", bytes,
                      " bytes (mmap failed: the system is out of memory or the process hit its address-space limit)");
     // Best effort: a kernel without THP refuses, and the pages stay ordinary ones. Changes no value.
-    if (huge_pages_.load(std::memory_order_relaxed)) (void)madvise(p, bytes, MADV_HUGEPAGE);
+    if (huge_pages) (void)madvise(p, bytes, MADV_HUGEPAGE);
     std::lock_guard<std::mutex> lock(mu_);
     ++mappings_;
     return {p, bytes};
@@ -187,7 +188,6 @@ class OutputCache final : public c10::Allocator {
   size_t cached_bytes_ = 0;
   int64_t reuses_ = 0, mappings_ = 0;
   std::atomic<size_t> cap_bytes_{0};
-  std::atomic<bool> huge_pages_{false};
 };
 
 }  // namespace
