@@ -144,13 +144,13 @@ BNB_TARGET_AVX512 inline void Transpose8x8Words(__m256i r[8]) {
 
 }  // namespace
 
+// How far ahead of its group PackTileCodes prefetches each row: 8 groups, 256 bytes (4 and 16 measured alike).
+constexpr int64_t kPackAheadGroups = 8;
+
 // Per group, row j's 32 bytes (B's byte i: column 2i high nibble, 2i + 1 low) become 16 words, word p = bytes
 // a_p | b_p << 8 with a_p = (row[p] >> 4) | (row[16 + p] & 0xF0) and b_p = (row[p] & 0x0F) | (row[16 + p] << 4)
 // (columns 2p + e in the low nibbles, 32 + 2p + e in the high); run p is word p of rows 0..15. Rows j and j + 8 share
 // a vector (one per 128-bit lane), so after an 8 x 8 transpose per lane, vector p is run p whole.
-// How far ahead of its group PackTileCodes prefetches each row: 8 groups, 256 bytes (4 and 16 measured alike).
-constexpr int64_t kPackAheadGroups = 8;
-
 BNB_TARGET_AVX512 void PackTileCodes(const uint8_t* B, int64_t K, int64_t t, uint8_t* codes, bool stream) {
   const int64_t groups = K / kPackCols, row_bytes = K / 2;
   const uint8_t* rows = B + t * kPackRows * row_bytes;
