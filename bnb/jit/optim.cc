@@ -80,12 +80,17 @@ absl::StatusOr<LoadedKernel> Get(KernelCache& cache, int device, const char* ent
 }  // namespace
 
 absl::StatusOr<KernelSpec> OptimSpec(const std::string& entry, core::OptimRule rule, core::DType dtype, int threads,
-                                     const std::string& arch, int per_thread) {
+                                     const std::string& arch, int per_thread, bool whole) {
   if (entry == kUpdate8) {
     threads = kUpdate8Threads;
     if (!core::IsOptim8PerThread(per_thread)) {
       return absl::InvalidArgumentError(
           absl::StrCat("optim: optimizer_update8 takes 1, 2, 4 or 8 elements a thread, got ", per_thread));
+    }
+    if (whole && !Update8VectorShares(dtype, per_thread)) {
+      return absl::InvalidArgumentError(absl::StrCat("optim: optimizer_update8's whole-block variant needs ",
+                                                     per_thread, " elements a thread to be whole 16-byte vectors of ",
+                                                     core::DTypeName(dtype)));
     }
   } else if (entry == kUpdate32 || entry == kUnorm32) {
     threads = ThreadsPerBlock(threads);
@@ -97,7 +102,10 @@ absl::StatusOr<KernelSpec> OptimSpec(const std::string& entry, core::OptimRule r
   s.template_name = "optim";
   s.entry = entry;
   s.template_args = {{"T", CudaTypeName(dtype)}, {"RULE", RuleName(rule)}, {"THREADS", absl::StrCat(threads)}};
-  if (entry == kUpdate8) s.template_args.push_back({"PER", absl::StrCat(per_thread)});
+  if (entry == kUpdate8) {
+    s.template_args.push_back({"PER", absl::StrCat(per_thread)});
+    s.template_args.push_back({"WHOLE", whole ? "true" : "false"});
+  }
   s.arch = arch;
   return s;
 }
@@ -112,6 +120,7 @@ std::vector<KernelSpec> AllOptimSpecs(const std::string& arch, int threads) {
     for (core::OptimRule rule : kRules) {
       out.push_back(*OptimSpec(kUpdate32, rule, t, threads, arch));
       out.push_back(*OptimSpec(kUpdate8, rule, t, threads, arch, per_thread));
+      if (Update8VectorShares(t, per_thread)) out.push_back(*OptimSpec(kUpdate8, rule, t, threads, arch, per_thread, true));
       if (rule != core::OptimRule::kAdEMAMix) out.push_back(*OptimSpec(kUnorm32, rule, t, threads, arch));
     }
   }
@@ -146,13 +155,32 @@ absl::Status LaunchOptimizerUnorm32(KernelCache& cache, int device, const core::
 
 int64_t OptimizerUpdate8ScratchBytes() { return 2 * kQuantizeBlockwise8ScratchBytes; }
 
+bool Update8VectorShares(core::DType dtype, int per_thread) {
+  return per_thread % (16 / core::DTypeSize(dtype)) == 0;
+}
+
+Update8Plan PlanUpdate8(core::DType dtype, int per_thread, int64_t n, const void* g, const void* p, const uint8_t* q1,
+                        const uint8_t* q1b, const uint8_t* q2) {
+  const int64_t vec = 16 / core::DTypeSize(dtype);  // elements a 16-byte vector; a share's codes align to as many
+  const auto aligned = [](const void* ptr, int64_t a) {
+    return ptr == nullptr || reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(a) == 0;
+  };
+  const bool fit = Update8VectorShares(dtype, per_thread) && aligned(g, 16) && aligned(p, 16) && aligned(q1, vec) &&
+                   aligned(q1b, vec) && aligned(q2, vec);
+  const int64_t whole = fit ? n / core::kOptimizerBlocksize * core::kOptimizerBlocksize : 0;
+  return Update8Plan{whole, n - whole};
+}
+
 absl::Status LaunchOptimizerUpdate8(KernelCache& cache, int device, const core::OptimStep& step, core::DType dtype,
                                     const void* g, void* p, uint8_t* q1, uint8_t* q1b, uint8_t* q2,
                                     const float* qmap1, const float* qmap2, float* am1, float* am1b, float* am2,
                                     void* scratch, int64_t n, void* stream, int per_thread) {
   if (n == 0) return absl::OkStatus();
-  absl::StatusOr<KernelSpec> spec = OptimSpec(kUpdate8, step.rule, dtype, 0, "", per_thread);
-  if (!spec.ok()) return spec.status();
+  const Update8Plan plan = PlanUpdate8(dtype, per_thread, n, g, p, q1, q1b, q2);
+  absl::StatusOr<KernelSpec> whole_spec = OptimSpec(kUpdate8, step.rule, dtype, 0, "", per_thread, true);
+  absl::StatusOr<KernelSpec> rest_spec = OptimSpec(kUpdate8, step.rule, dtype, 0, "", per_thread, false);
+  if (plan.whole > 0 && !whole_spec.ok()) return whole_spec.status();
+  if (!rest_spec.ok()) return rest_spec.status();
   absl::StatusOr<LoadedKernel> prepare = cache.GetKernel(PrepareCodebook8Spec(""), device);
   if (!prepare.ok()) return prepare.status();
   char* prep1 = static_cast<char*>(scratch);
@@ -165,9 +193,24 @@ absl::Status LaunchOptimizerUpdate8(KernelCache& cache, int device, const core::
       return st;
     }
   }
-  return LaunchOverBlockTiles(cache, device, *spec, n, core::kOptimizerBlocksize, kUpdate8Threads, per_thread, stream,
-                              g, p, q1, q1b, q2, static_cast<const void*>(prep1), static_cast<const void*>(prep2),
-                              qmap1, qmap2, am1, am1b, am2, OptimKernelScalars(step, 0.0f), static_cast<long long>(n));
+  // The whole blocks, then the rest from where they end (every buffer advanced by as many elements and blocks).
+  const opt::Scalars scalars = OptimKernelScalars(step, 0.0f);
+  const auto part = [&](const KernelSpec& spec, int64_t from, int64_t count) {
+    const int64_t size = core::DTypeSize(dtype), blocks = from / core::kOptimizerBlocksize;
+    const auto at = [from](uint8_t* q) { return q != nullptr ? q + from : nullptr; };
+    const auto block_at = [blocks](float* a) { return a != nullptr ? a + blocks : nullptr; };
+    return LaunchOverBlockTiles(cache, device, spec, count, core::kOptimizerBlocksize, kUpdate8Threads, per_thread,
+                                stream, static_cast<const void*>(static_cast<const char*>(g) + from * size),
+                                static_cast<void*>(static_cast<char*>(p) + from * size), at(q1), at(q1b), at(q2),
+                                static_cast<const void*>(prep1), static_cast<const void*>(prep2), qmap1, qmap2,
+                                block_at(am1), block_at(am1b), block_at(am2), scalars,
+                                static_cast<long long>(count));
+  };
+  if (plan.whole > 0) {
+    if (absl::Status st = part(*whole_spec, 0, plan.whole); !st.ok()) return st;
+  }
+  if (plan.rest > 0) return part(*rest_spec, plan.whole, plan.rest);
+  return absl::OkStatus();
 }
 
 }  // namespace bnb::jit

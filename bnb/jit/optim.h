@@ -24,10 +24,12 @@ namespace bnb::jit {
 // The kernels' scalars (kernels/optim_scalars.cuh) for one step; clip_limit: the 32-bit update's trust-ratio limit.
 opt::Scalars OptimKernelScalars(const core::OptimStep& step, float clip_limit);
 
-// optimizer_update32 / optimizer_unorm32 / optimizer_update8 for `rule` and p's type; per_thread: optimizer_update8's
-// elements a thread (the cuda.optim8_per_thread knob: 1, 2, 4 or 8), which the others ignore.
+// optimizer_update32 / optimizer_unorm32 / optimizer_update8 for `rule` and p's type; per_thread and whole:
+// optimizer_update8's elements a thread (the cuda.optim8_per_thread knob: 1, 2, 4 or 8) and its WHOLE variant
+// (PlanUpdate8), which the others ignore.
 absl::StatusOr<KernelSpec> OptimSpec(const std::string& entry, core::OptimRule rule, core::DType dtype, int threads,
-                                     const std::string& arch, int per_thread = core::kCudaOptim8PerThreadDefault);
+                                     const std::string& arch, int per_thread = core::kCudaOptim8PerThreadDefault,
+                                     bool whole = false);
 
 // Every optimizer spec; registered as the optim family (kernel_registry.h). optimizer_update8's take the
 // cuda.optim8_per_thread knob's current value, as the ops do.
@@ -44,6 +46,20 @@ absl::Status LaunchOptimizerUpdate32(KernelCache& cache, int device, const core:
 absl::Status LaunchOptimizerUnorm32(KernelCache& cache, int device, const core::OptimStep& step, core::DType dtype,
                                     const void* g, const void* p, const float* s1, const float* s2, int64_t n,
                                     double* sum, void* stream, int threads = 0);
+
+// Whether per_thread elements of dtype are whole 16-byte vectors (optimizer_update8's WHOLE variant needs them).
+bool Update8VectorShares(core::DType dtype, int per_thread);
+
+// How LaunchOptimizerUpdate8 covers n elements: the first `whole` (whole state blocks, every buffer aligned for
+// 16-byte vectors) by optimizer_update8's WHOLE variant, whose fewer registers let more CTAs share an SM; the
+// `rest` after them (a partial last block; everything where a buffer is misaligned or per_thread too small for
+// whole vectors) by the general one. Null buffers count as aligned.
+struct Update8Plan {
+  int64_t whole;
+  int64_t rest;
+};
+Update8Plan PlanUpdate8(core::DType dtype, int per_thread, int64_t n, const void* g, const void* p, const uint8_t* q1,
+                        const uint8_t* q1b, const uint8_t* q2);
 
 // Device bytes LaunchOptimizerUpdate8 needs for its prepared codebooks (two of kQuantizeBlockwise8ScratchBytes).
 int64_t OptimizerUpdate8ScratchBytes();

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -72,22 +73,25 @@ TEST_F(KnobKeys, AnotherValueKeysEveryKernelItShapes) {
 }
 
 // The 8-bit optimizer update's specs take cuda.optim8_per_thread as the ops do (the registry reads the knob), so
-// a warm cache holds what a run with the setting loads.
+// a warm cache holds what a run with the setting loads: the general variant for each type and rule, and the WHOLE
+// one where the elements a thread are whole 16-byte vectors.
 TEST_F(KnobKeys, Optim8PerThreadShapesTheRegisteredUpdates) {
-  const auto updates_with = [](const std::string& suffix) {
+  // (specs, those named with `per` elements a thread)
+  const auto updates_with = [](int per) {
     int count = 0, with = 0;
+    const std::string mark = absl::StrCat(", 256, ", per, ", ");
     for (const KernelSpec& s : AllKernelSpecs("sm_90", 0)) {
       if (s.entry != "optimizer_update8") continue;
       ++count;
-      const std::string name = s.NameExpression();
-      with += name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+      with += s.NameExpression().find(mark) != std::string::npos;
     }
-    EXPECT_EQ(count, 3 * 6);  // three types, six rules
-    return with;
+    return std::make_pair(count, with);
   };
-  EXPECT_EQ(updates_with(", 256, 8>"), 3 * 6);  // the default
+  EXPECT_EQ(updates_with(8), std::make_pair(2 * 3 * 6, 2 * 3 * 6));  // the default: three types, six rules, both
+  ASSERT_TRUE(core::Config::Global().Set("cuda.optim8_per_thread", int64_t{4}).ok());
+  EXPECT_EQ(updates_with(4), std::make_pair(4 * 6, 4 * 6));  // WHOLE only for float32
   ASSERT_TRUE(core::Config::Global().Set("cuda.optim8_per_thread", int64_t{2}).ok());
-  EXPECT_EQ(updates_with(", 256, 2>"), 3 * 6);
+  EXPECT_EQ(updates_with(2), std::make_pair(3 * 6, 3 * 6));
   EXPECT_FALSE(core::Config::Global().Set("cuda.optim8_per_thread", int64_t{3}).ok());
   EXPECT_FALSE(core::Config::Global().Set("cuda.optim8_per_thread", int64_t{16}).ok());
 }

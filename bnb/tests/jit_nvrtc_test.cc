@@ -120,7 +120,8 @@ TEST(Nvrtc, OtherShapes4Bit) {
 }
 
 // The 8-bit optimizer update at every cuda.optim8_per_thread value (the registry holds the knob's), each rule and
-// type: the vector paths of 4 and 8 elements a thread and the element paths of 1 and 2.
+// type: the vector paths of 4 and 8 elements a thread and the element paths of 1 and 2, and the WHOLE variant where
+// the elements are whole vectors.
 TEST(Nvrtc, Optim8PerThread) {
   SKIP_WITHOUT_NVRTC();
   NvrtcCompiler compiler;
@@ -129,17 +130,24 @@ TEST(Nvrtc, Optim8PerThread) {
   for (int per : {2, 4, 8}) {
     for (core::DType t : {core::DType::kFloat32, core::DType::kBFloat16}) {
       for (core::OptimRule rule : {core::OptimRule::kAdam, core::OptimRule::kAdEMAMix, core::OptimRule::kLion}) {
-        absl::StatusOr<KernelSpec> spec = OptimSpec("optimizer_update8", rule, t, 0, "sm_90", per);
-        ASSERT_TRUE(spec.ok()) << spec.status();
-        EXPECT_NE(spec->NameExpression().find(absl::StrCat(", 256, ", per, ">")), std::string::npos)
-            << spec->NameExpression();
-        absl::StatusOr<Binary> b = compiler.Compile(*spec, SourceFor(*spec), headers, *compiler.Options(*spec));
-        EXPECT_TRUE(b.ok()) << b.status();
-        ++compiled;
+        for (bool whole : {false, true}) {
+          absl::StatusOr<KernelSpec> spec = OptimSpec("optimizer_update8", rule, t, 0, "sm_90", per, whole);
+          if (whole && !Update8VectorShares(t, per)) {
+            EXPECT_FALSE(spec.ok()) << "per " << per << " " << core::DTypeName(t);
+            continue;
+          }
+          ASSERT_TRUE(spec.ok()) << spec.status();
+          EXPECT_NE(spec->NameExpression().find(absl::StrCat(", 256, ", per, ", ", whole ? "true" : "false", ">")),
+                    std::string::npos)
+              << spec->NameExpression();
+          absl::StatusOr<Binary> b = compiler.Compile(*spec, SourceFor(*spec), headers, *compiler.Options(*spec));
+          EXPECT_TRUE(b.ok()) << b.status();
+          ++compiled;
+        }
       }
     }
   }
-  EXPECT_EQ(compiled, 18);
+  EXPECT_EQ(compiled, 18 + 9);  // whole: float32 at 4 and 8, bfloat16 at 8
   EXPECT_FALSE(OptimSpec("optimizer_update8", core::OptimRule::kAdam, core::DType::kFloat32, 0, "sm_90", 3).ok());
   EXPECT_FALSE(OptimSpec("optimizer_update8", core::OptimRule::kAdam, core::DType::kFloat32, 0, "sm_90", 16).ok());
 }

@@ -14,6 +14,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -62,11 +63,29 @@ struct Args {
   unsigned ctas;
 };
 
+// The kernel over elements [from, from + count), every buffer advanced as bnb/jit/optim.cc's launcher does.
+template <class T, int kRule, int kPer, bool kWhole>
+void LaunchPart(const Args& a, int64_t from, int64_t count) {
+  const int64_t blocks = from / kBs;
+  const auto at = [from](uint8_t* q) { return q != nullptr ? q + from : nullptr; };
+  const auto block_at = [blocks](float* m) { return m != nullptr ? m + blocks : nullptr; };
+  emu::Launch(a.ctas, 256, optimizer_update8<T, kRule, 256, kPer, kWhole>, static_cast<const T*>(a.g) + from,
+              static_cast<T*>(a.p) + from, at(a.q1), at(a.q1b), at(a.q2), a.prep1, a.prep2, a.qmap1, a.qmap2,
+              block_at(a.am1), block_at(a.am1b), block_at(a.am2), a.st, static_cast<long long>(count));
+}
+
+// As the launcher plans it (jit::PlanUpdate8): whole blocks by the WHOLE variant where it applies, the rest by the
+// general one.
 template <class T, int kRule, int kPer>
 void LaunchUpdate8(const Args& a) {
-  emu::Launch(a.ctas, 256, optimizer_update8<T, kRule, 256, kPer>, static_cast<const T*>(a.g), static_cast<T*>(a.p),
-              a.q1, a.q1b, a.q2, a.prep1, a.prep2, a.qmap1, a.qmap2, a.am1, a.am1b, a.am2, a.st,
-              static_cast<long long>(a.n));
+  const jit::Update8Plan plan =
+      jit::PlanUpdate8(emu::DTypeOf<T>(), kPer, a.n, a.g, a.p, a.q1, a.q1b, a.q2);
+  if constexpr (kPer * sizeof(T) % 16 == 0) {
+    if (plan.whole > 0) LaunchPart<T, kRule, kPer, true>(a, 0, plan.whole);
+  } else {
+    ASSERT_EQ(plan.whole, 0);
+  }
+  if (plan.rest > 0) LaunchPart<T, kRule, kPer, false>(a, plan.whole, plan.rest);
 }
 
 template <class T, int kRule>
@@ -199,6 +218,25 @@ TEST(Optim8Emulated, TinyAndOddLengths) {
   }
   // AdEMAMix's second momentum starts n codes after the first: an odd n misaligns it alone.
   for (int per : {4, 8}) Check({OptimRule::kAdEMAMix, DType::kFloat32, per, 1001, 0, false, 2});
+}
+
+// Which elements the WHOLE variant takes: whole state blocks of buffers aligned for 16-byte vectors.
+TEST(Optim8Emulated, PlanUpdate8) {
+  using core::DType;
+  alignas(16) static uint8_t buf[64];
+  const auto plan = [](DType t, int per, int64_t n, const void* g, const uint8_t* q) {
+    const jit::Update8Plan p = jit::PlanUpdate8(t, per, n, g, buf, q, nullptr, q);
+    return std::make_pair(p.whole, p.rest);
+  };
+  EXPECT_EQ(plan(DType::kFloat32, 8, 1000, buf, buf), std::make_pair(int64_t{768}, int64_t{232}));
+  EXPECT_EQ(plan(DType::kFloat32, 8, 512, buf, buf), std::make_pair(int64_t{512}, int64_t{0}));
+  EXPECT_EQ(plan(DType::kFloat32, 8, 255, buf, buf), std::make_pair(int64_t{0}, int64_t{255}));
+  EXPECT_EQ(plan(DType::kFloat32, 4, 512, buf, buf + 4), std::make_pair(int64_t{512}, int64_t{0}));  // codes: 4 B
+  EXPECT_EQ(plan(DType::kFloat32, 8, 512, buf, buf + 2), std::make_pair(int64_t{0}, int64_t{512}));
+  EXPECT_EQ(plan(DType::kBFloat16, 8, 512, buf, buf + 4), std::make_pair(int64_t{0}, int64_t{512}));  // codes: 8 B
+  EXPECT_EQ(plan(DType::kFloat32, 8, 512, buf + 4, buf), std::make_pair(int64_t{0}, int64_t{512}));
+  EXPECT_EQ(plan(DType::kBFloat16, 4, 512, buf, buf), std::make_pair(int64_t{0}, int64_t{512}));  // half a vector
+  EXPECT_EQ(plan(DType::kFloat32, 2, 512, buf, buf), std::make_pair(int64_t{0}, int64_t{512}));
 }
 
 // optimizer_update32 and optimizer_unorm32, emulated, against core::OptimizerUpdate32 (bit for bit) and

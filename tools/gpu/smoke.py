@@ -393,9 +393,11 @@ def optim(s: Smoke) -> None:
         return max(same_bits(gt, wt, w) for gt, wt, w in zip(got[1:], want[1:], ("p", "state1", "state2"))
                    if wt is not None)
 
-    def update8(name, dtype, n):
+    def update8(name, dtype, n, offset=0):
+        # offset: p and g start that many elements into their storage (misaligned: the general kernel alone).
         g = torch.Generator().manual_seed(n + 1)
-        p, grad = torch.randn(n, generator=g).to(dtype), (torch.randn(n, generator=g) * 0.5).to(dtype)
+        p = torch.randn(n + offset, generator=g).to(dtype)[offset:]
+        grad = (torch.randn(n + offset, generator=g) * 0.5).to(dtype)[offset:]
         s1, s2 = states(name, n, g)
         with s.ref():
             q1, a1 = ops.quantize_blockwise(s1, signed, 256)
@@ -404,6 +406,8 @@ def optim(s: Smoke) -> None:
         args = [grad, p, q1, q2, signed, qmap2, a1, a2]
         want = [t.clone() if t is not None else None for t in args]
         got = [t.to(dev) if t is not None else None for t in args]
+        for i in (0, 1):  # g and p on the device at the same offset into a storage
+            got[i] = torch.cat([torch.zeros(offset, dtype=dtype), args[i]]).to(dev)[offset:]
 
         def run(fn, t, step):
             fn(name, t[0], t[1], t[2], t[3], 0.9, 0.999, 0.0, 0.0, 1e-8, step, 1e-3, t[4], t[5], t[6], t[7], 0.01,
@@ -478,11 +482,15 @@ def optim(s: Smoke) -> None:
 
     s.case("paged tensors: get_paged, fill, prefetch to host and back, prefetch_all", paged_tensors)
 
-    # The kernel's other shapes (cuda.optim8_per_thread): a warp a block by 16-byte vectors, and 4 elements a thread.
+    # The kernel's other shapes (cuda.optim8_per_thread): a warp a block by 16-byte vectors, and 4 elements a thread;
+    # n = 5000 runs 19 whole blocks by the WHOLE variant and the last 136 elements by the general one, and a
+    # misaligned p and g run all by the general one.
     for per in (4, 8):
         for dtype in (torch.float32, torch.bfloat16):
             s.case(f"optim 8-bit blockwise adam {str(dtype)[6:]} n=5000, cuda.optim8_per_thread {per}",
                    lambda dtype=dtype, per=per: per_thread(per, lambda: update8("adam", dtype, 5000)))
+    s.case("optim 8-bit blockwise adam float32 n=5000, p and g one element off 16 bytes",
+           lambda: update8("adam", torch.float32, 5000, offset=1))
 
 
 FAMILIES = (blockwise8, blockwise4, gemv4, linear4bit, int8, optim)

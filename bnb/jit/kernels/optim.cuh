@@ -124,6 +124,11 @@ __device__ __forceinline__ float unorm_term(const Scalars& st, float raw, float 
 
 BNB_CONSTEXPR_HD bool two_states(int rule) { return rule == kAdam || rule == kAdEMAMix; }
 
+// optimizer_update8's CTAs an SM, as launch bounds (ptxas fits the registers to them): four (64 registers) for the
+// WHOLE variant of one- and two-state rules, whose hot path fits without spilling; three for AdEMAMix's three
+// states (four spilled 56-64 bytes a thread) and for the general variant, whose element path needs the most.
+BNB_CONSTEXPR_HD int min_ctas(int rule, bool whole) { return !whole ? 0 : rule != kAdEMAMix ? 4 : 3; }
+
 }  // namespace opt
 }  // namespace bnb
 
@@ -171,6 +176,26 @@ __global__ void __launch_bounds__(THREADS)
 namespace bnb {
 namespace opt {
 
+// Where a thread's PER elements of a state block lie: in chunks of V side by side (T's 16-byte vector, or all PER
+// where fewer), chunk c of thread gl at c * G * V + gl * V within the block, so that each load or store instruction
+// of a warp covers consecutive bytes (a thread's vectors side by side would spread a warp's 32 lanes over twice the
+// sectors; tools/bench/NOTES.md, 'H100 check'). `start`: the thread's first element, block * 256 + gl * V.
+template <class T, int PER>
+struct Share {
+  static constexpr int V = PER < Elem<T>::VEC ? PER : Elem<T>::VEC;
+  static constexpr int G = 256 / PER;
+  // Element k's place after start (increasing in k).
+  static BNB_CONSTEXPR_HD long long at(int k) { return (long long)(k / V) * (G * V) + k % V; }
+  // The elements before n (bit k: element k). Computed where needed, on the rare paths: a mask kept alive across
+  // the update cost the common path registers.
+  static __device__ __forceinline__ unsigned inside(long long start, long long n) {
+    unsigned m = 0;
+#pragma unroll
+    for (int k = 0; k < PER; ++k) m |= (unsigned)(start + at(k) < n) << k;
+    return m;
+  }
+};
+
 // The largest |x| of a thread's share as float bits, for group_absmax (elements a thread does not hold are 0).
 template <int PER>
 __device__ __forceinline__ unsigned int max_bits(const float (&x)[PER]) {
@@ -180,27 +205,28 @@ __device__ __forceinline__ unsigned int max_bits(const float (&x)[PER]) {
   return mb;
 }
 
-// optimizer_update8's requantize of one state's share, `valid` elements of it, in a block of absmax `amax`: the
-// block's absmax (by its first thread) and the codes. FULL: all PER elements valid, their codes stored at once
-// (aligned, none past n), no guard per element. Every code goes through the table, then the exact route takes
-// those it marks (as quantize_blockwise8 does), so that the unrolled loop has no branch: a block whose absmax is
-// unfit for the table (0, inf, NaN, extreme) looks zeros up against 1 and is marked whole.
-template <int PER, int G, bool FULL>
-__device__ __forceinline__ void encode8(const float (&x)[PER], float amax, int valid, const bw8::Prepared& prep,
+// optimizer_update8's requantize of one state's share, its elements before n, in a block of absmax `amax`: the
+// block's absmax (by its first thread) and the codes. FULL: all PER elements before n, their codes
+// stored by chunks (aligned, none past n), no guard per element. Every code goes through the table, then the exact
+// route takes those it marks (as quantize_blockwise8 does), so that the unrolled loop has no branch: a block whose
+// absmax is unfit for the table (0, inf, NaN, extreme) looks zeros up against 1 and is marked whole.
+template <class T, int PER, bool FULL>
+__device__ __forceinline__ void encode8(const float (&x)[PER], float amax, long long n, const bw8::Prepared& prep,
                                         unsigned char* codes, float* absmax, long long block, long long start) {
-  if constexpr (FULL) valid = PER;
+  using S = Share<T, PER>;
+  const unsigned valid = FULL ? (1u << PER) - 1u : S::inside(start, n);
   // A codebook with a non-finite entry gives NaN absmax, as blockwise8's quantize does (bw8::Prepared).
-  if (threadIdx.x % G == 0) absmax[block] = bw8::poisoned(prep) ? __uint_as_float(0x7FC00000u) : amax;
+  if (threadIdx.x % S::G == 0) absmax[block] = bw8::poisoned(prep) ? __uint_as_float(0x7FC00000u) : amax;
   const bool fast = FastScaleOk(amax);
   const float a = fast ? amax : 1.0f;
   const float y = fast ? __frcp_rn(amax) : 1.0f;
   unsigned char c[PER];
-  unsigned redo = fast ? 0u : (1u << valid) - 1u;
+  unsigned redo = fast ? 0u : valid;
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
     bool r;
     c[k] = (unsigned char)bw8::code_fast(fast ? x[k] : 0.0f, a, y, prep, &r);
-    if (FULL || k < valid) redo |= (unsigned)r << k;
+    if (FULL || ((valid >> k) & 1u)) redo |= (unsigned)r << k;
   }
   if (redo != 0) {
 #pragma unroll
@@ -208,67 +234,75 @@ __device__ __forceinline__ void encode8(const float (&x)[PER], float amax, int v
       if ((redo >> k) & 1u) c[k] = bw8::code_exact(x[k], amax, prep.mid, prep.s2c);
     }
   }
-  if constexpr (FULL && PER >= 4) {
-    bw8::store_codes<PER>(codes + start, c);
+  if constexpr (FULL && S::V >= 4) {
+#pragma unroll
+    for (int k = 0; k < PER; k += S::V) bw8::store_codes<S::V>(codes + start + S::at(k), c + k);
   } else {
 #pragma unroll
     for (int k = 0; k < PER; ++k) {
-      if (k < valid) codes[start + k] = c[k];
+      if ((valid >> k) & 1u) codes[start + S::at(k)] = c[k];
     }
   }
 }
 
 __device__ __forceinline__ bool finite(float x) { return (__float_as_uint(x) & 0x7FFFFFFFu) < 0x7F800000u; }
 
-// optimizer_update8's work on one thread's share of a state block (from `start`, `valid` elements of it): p, g and
-// the codes loaded, the states dequantized (block absmax m1, m1b, m2; codebook values s_val) and updated into a, b,
-// v, p stored. FULL: all PER elements, by 16-byte vectors, no guard per element; PLAIN: dequantize by a plain
-// product (finite absmax and codebooks, where bw8::mul_like_host's NaN rules cannot arise).
+// optimizer_update8's work on one thread's share of a state block (from `start`, laid out as Share says, its
+// elements before n): p, g and the codes loaded, the states dequantized (block absmax m1, m1b, m2; codebook
+// values s_val) and updated into a, b, v, p stored. FULL: all PER elements, by 16-byte vectors, no guard per
+// element; PLAIN: dequantize by a plain product (finite absmax and codebooks, where bw8::mul_like_host's NaN rules
+// cannot arise).
 template <class T, int RULE, int PER, bool FULL, bool PLAIN>
 __device__ __forceinline__ void update8_share(const T* __restrict__ g, T* __restrict__ p,
                                               const unsigned char* __restrict__ q1,
                                               const unsigned char* __restrict__ q1b,
                                               const unsigned char* __restrict__ q2, const float (*s_val)[256],
                                               float m1, float m1b, float m2, const Scalars& st, long long start,
-                                              int valid, float (&a)[PER], float (&b)[PER], float (&v)[PER]) {
+                                              long long n, float (&a)[PER], float (&b)[PER], float (&v)[PER]) {
+  using S = Share<T, PER>;
   constexpr int VEC = Elem<T>::VEC;
   constexpr int NV = PER / VEC > 0 ? PER / VEC : 1;
   constexpr bool kTwo = two_states(RULE);
   constexpr bool kMix = RULE == kAdEMAMix;
-  const int count = FULL ? PER : valid;
+  const unsigned valid = FULL ? (1u << PER) - 1u : S::inside(start, n);
   float pv[PER], gv[PER];
   unsigned char c1[PER], c1b[PER], c2[PER];
   if constexpr (FULL) {
+    // (FULL: PER is a multiple of VEC, so S::V = VEC and vector k is chunk k.)
     Vec16 rp[NV], rg[NV];
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-      rp[k] = reinterpret_cast<const Vec16*>(p + start)[k];
-      rg[k] = reinterpret_cast<const Vec16*>(g + start)[k];
+      rp[k] = *reinterpret_cast<const Vec16*>(p + start + S::at(k * VEC));
+      rg[k] = *reinterpret_cast<const Vec16*>(g + start + S::at(k * VEC));
     }
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
       Elem<T>::unpack(rp[k], pv + k * VEC);
       Elem<T>::unpack(rg[k], gv + k * VEC);
     }
-    bw8::load_codes<PER>(q1 + start, c1);
-    if constexpr (kMix) bw8::load_codes<PER>(q1b + start, c1b);
-    if constexpr (kTwo) bw8::load_codes<PER>(q2 + start, c2);
+#pragma unroll
+    for (int k = 0; k < PER; k += S::V) {
+      bw8::load_codes<S::V>(q1 + start + S::at(k), c1 + k);
+      if constexpr (kMix) bw8::load_codes<S::V>(q1b + start + S::at(k), c1b + k);
+      if constexpr (kTwo) bw8::load_codes<S::V>(q2 + start + S::at(k), c2 + k);
+    }
   } else {
     // Misaligned buffers and the partial last block: element by element.
 #pragma unroll
     for (int k = 0; k < PER; ++k) {
-      if (k >= count) continue;
-      pv[k] = Elem<T>::load(p + start + k);
-      gv[k] = Elem<T>::load(g + start + k);
-      c1[k] = q1[start + k];
-      if constexpr (kMix) c1b[k] = q1b[start + k];
-      if constexpr (kTwo) c2[k] = q2[start + k];
+      if (!((valid >> k) & 1u)) continue;
+      const long long i = start + S::at(k);
+      pv[k] = Elem<T>::load(p + i);
+      gv[k] = Elem<T>::load(g + i);
+      c1[k] = q1[i];
+      if constexpr (kMix) c1b[k] = q1b[i];
+      if constexpr (kTwo) c2[k] = q2[i];
     }
   }
   unsigned int skipped = 0;  // elements a zero gradient leaves as they were (skip_zeros)
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
-    if (k >= count) continue;
+    if (!((valid >> k) & 1u)) continue;
     a[k] = PLAIN ? __fmul_rn(s_val[0][c1[k]], m1) : bw8::mul_like_host(s_val[0][c1[k]], m1);
     if constexpr (kMix) b[k] = PLAIN ? __fmul_rn(s_val[0][c1b[k]], m1b) : bw8::mul_like_host(s_val[0][c1b[k]], m1b);
     if constexpr (kTwo) {
@@ -278,12 +312,12 @@ __device__ __forceinline__ void update8_share(const T* __restrict__ g, T* __rest
   }
   if (FULL && skipped == 0) {
 #pragma unroll
-    for (int k = 0; k < NV; ++k) store16(p + start + k * VEC, Elem<T>::pack(pv + k * VEC));
+    for (int k = 0; k < NV; ++k) store16(p + start + S::at(k * VEC), Elem<T>::pack(pv + k * VEC));
   } else {
     // (A skipped element's p is left as it was, not stored back: a NaN's payload might not survive.)
 #pragma unroll
     for (int k = 0; k < PER; ++k) {
-      if (k < count && !((skipped >> k) & 1u)) Elem<T>::store(p + start + k, pv[k]);
+      if (((valid & ~skipped) >> k) & 1u) Elem<T>::store(p + start + S::at(k), pv[k]);
     }
   }
 }
@@ -291,12 +325,18 @@ __device__ __forceinline__ void update8_share(const T* __restrict__ g, T* __rest
 }  // namespace opt
 }  // namespace bnb
 
-// PER (1, 2, 4 or 8; the cuda.optim8_per_thread knob) elements of a state block per thread: G = 256 / PER threads
-// a block, THREADS / G blocks a tile. With PER a multiple of T's 16-byte vector (float: 4 and 8; half, bf16: 8)
-// aligned, whole blocks move by 16-byte loads and stores; with PER = 8 a warp holds a block and its absmax meets by
-// shuffles alone, no barrier.
-template <class T, int RULE, int THREADS, int PER>
-__global__ void __launch_bounds__(THREADS)
+// PER (1, 2, 4 or 8; the cuda.optim8_per_thread knob) elements of a state block per thread (laid out as opt::Share
+// says): G = 256 / PER threads a block, THREADS / G blocks a tile. With PER a multiple of T's 16-byte vector (float:
+// 4 and 8; half, bf16: 8) aligned, whole blocks move by 16-byte loads and stores; with PER = 8 a warp holds a block
+// and its absmax meets by shuffles alone, no barrier.
+//
+// WHOLE: the host's promise that n is a multiple of 256 and every buffer aligned for those vectors (PER a multiple
+// of T's vector), so that only the vector paths are compiled: the element path for partial and misaligned shares
+// set the kernel's register count (float PER 8: 93 registers, 2 CTAs an SM; without it 64, 4 CTAs). The host runs
+// whole blocks of aligned buffers by this variant and the rest, a partial last block, by the other
+// (bnb/jit/optim.cc, PlanUpdate8).
+template <class T, int RULE, int THREADS, int PER, bool WHOLE>
+__global__ void __launch_bounds__(THREADS, bnb::opt::min_ctas(RULE, WHOLE))
     optimizer_update8(const T* __restrict__ g, T* __restrict__ p, unsigned char* __restrict__ q1,
                       unsigned char* __restrict__ q1b, unsigned char* __restrict__ q2,
                       const bnb::bw8::Prepared* __restrict__ prep1, const bnb::bw8::Prepared* __restrict__ prep2,
@@ -308,7 +348,9 @@ __global__ void __launch_bounds__(THREADS)
   constexpr int kBlock = 256;       // elements per state block (core::kOptimizerBlocksize)
   constexpr int G = kBlock / PER;   // threads per state block
   constexpr int QPT = THREADS / G;  // state blocks per tile
+  using S = opt::Share<T, PER>;
   constexpr bool kVec = PER % Elem<T>::VEC == 0;  // whole 16-byte vectors of p and g per thread
+  static_assert(kVec || !WHOLE, "WHOLE: PER a multiple of T's 16-byte vector");
   constexpr bool kTwo = opt::two_states(RULE);
   constexpr bool kMix = RULE == opt::kAdEMAMix;
   // The prepared codebooks (the second only for two-state rules) and the codebooks' values.
@@ -326,19 +368,20 @@ __global__ void __launch_bounds__(THREADS)
   const int group = threadIdx.x / G;
   const int gl = threadIdx.x % G;
   // (ademamix's q1b starts n bytes after q1: aligned only where n is.)
-  const bool vec_ok = kVec && bw8::aligned(g, 16) && bw8::aligned(p, 16) && bw8::aligned(q1, PER) &&
-                      (!kMix || bw8::aligned(q1b, PER)) && (!kTwo || bw8::aligned(q2, PER));
+  const bool vec_ok = WHOLE || (kVec && bw8::aligned(g, 16) && bw8::aligned(p, 16) && bw8::aligned(q1, S::V) &&
+                      (!kMix || bw8::aligned(q1b, S::V)) && (!kTwo || bw8::aligned(q2, S::V)));
   const long long nblocks = (n + kBlock - 1) / kBlock;
   const long long ntiles = (nblocks + QPT - 1) / QPT;
   // Codebooks without a non-finite entry (bw8::Prepared): with a finite absmax, dequantizing is a plain product.
   const bool clean = !bw8::poisoned(s_prep[0]) && (!kTwo || !bw8::poisoned(s_prep[kTwo ? 1 : 0]));
   for (long long tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
     const long long block = tile * QPT + group;
-    const long long start = block * kBlock + (long long)gl * PER;
-    const int valid = block < nblocks && start < n ? (int)(n - start < PER ? n - start : PER) : 0;
-    const bool vec = vec_ok && valid == PER;
+    const long long start = block * kBlock + (long long)gl * S::V;
+    // Some of the share before n (its first element), all of it (its last: S::at increases).
+    const bool some = block < nblocks && (WHOLE || start < n);
+    const bool vec = WHOLE ? some : vec_ok && some && start + S::at(PER - 1) < n;
     float m1 = 0.0f, m1b = 0.0f, m2 = 0.0f;
-    if (valid > 0) {
+    if (some) {
       m1 = am1[block];
       if constexpr (kMix) m1b = am1b[block];
       if constexpr (kTwo) m2 = am2[block];
@@ -352,16 +395,18 @@ __global__ void __launch_bounds__(THREADS)
     if (vec) {
       if constexpr (kVec) {
         if (clean && opt::finite(m1) && (!kMix || opt::finite(m1b)) && (!kTwo || opt::finite(m2))) {
-          opt::update8_share<T, RULE, PER, true, true>(g, p, q1, q1b, q2, s_val, m1, m1b, m2, st, start, valid, a,
+          opt::update8_share<T, RULE, PER, true, true>(g, p, q1, q1b, q2, s_val, m1, m1b, m2, st, start, n, a,
                                                         b, v);
         } else {
-          opt::update8_share<T, RULE, PER, true, false>(g, p, q1, q1b, q2, s_val, m1, m1b, m2, st, start, valid, a,
+          opt::update8_share<T, RULE, PER, true, false>(g, p, q1, q1b, q2, s_val, m1, m1b, m2, st, start, n, a,
                                                          b, v);
         }
       }
-    } else if (valid > 0) {
-      opt::update8_share<T, RULE, PER, false, false>(g, p, q1, q1b, q2, s_val, m1, m1b, m2, st, start, valid, a, b,
-                                                      v);
+    } else if (some) {
+      if constexpr (!WHOLE) {
+        opt::update8_share<T, RULE, PER, false, false>(g, p, q1, q1b, q2, s_val, m1, m1b, m2, st, start, n, a, b,
+                                                        v);
+      }
     }
     // The blocks' new absmax, every thread of each group there (group_absmax), then the codes.
     const float amax1 = group_absmax<G>(opt::max_bits<PER>(a), s_red, group);
@@ -369,13 +414,15 @@ __global__ void __launch_bounds__(THREADS)
     const float amax2 = kTwo ? group_absmax<G>(opt::max_bits<PER>(v), s_red, group) : 0.0f;
     const bw8::Prepared& cb2 = s_prep[kTwo ? 1 : 0];
     if (vec) {
-      opt::encode8<PER, G, true>(a, amax1, PER, s_prep[0], q1, am1, block, start);
-      if constexpr (kMix) opt::encode8<PER, G, true>(b, amax1b, PER, s_prep[0], q1b, am1b, block, start);
-      if constexpr (kTwo) opt::encode8<PER, G, true>(v, amax2, PER, cb2, q2, am2, block, start);
-    } else if (valid > 0) {
-      opt::encode8<PER, G, false>(a, amax1, valid, s_prep[0], q1, am1, block, start);
-      if constexpr (kMix) opt::encode8<PER, G, false>(b, amax1b, valid, s_prep[0], q1b, am1b, block, start);
-      if constexpr (kTwo) opt::encode8<PER, G, false>(v, amax2, valid, cb2, q2, am2, block, start);
+      opt::encode8<T, PER, true>(a, amax1, n, s_prep[0], q1, am1, block, start);
+      if constexpr (kMix) opt::encode8<T, PER, true>(b, amax1b, n, s_prep[0], q1b, am1b, block, start);
+      if constexpr (kTwo) opt::encode8<T, PER, true>(v, amax2, n, cb2, q2, am2, block, start);
+    } else if (some) {
+      if constexpr (!WHOLE) {
+        opt::encode8<T, PER, false>(a, amax1, n, s_prep[0], q1, am1, block, start);
+        if constexpr (kMix) opt::encode8<T, PER, false>(b, amax1b, n, s_prep[0], q1b, am1b, block, start);
+        if constexpr (kTwo) opt::encode8<T, PER, false>(v, amax2, n, cb2, q2, am2, block, start);
+      }
     }
   }
 }
