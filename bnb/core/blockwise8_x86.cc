@@ -14,12 +14,32 @@ namespace bnb::core::blockwise8_x86 {
 #if BNB_GEMV4_X86
 namespace {
 
-// 16-bit outputs by per-block tables from this blocksize on (below, a table's 256 entries cost more than they save).
+// 16-bit outputs by per-block tables from this blocksize on (below, a table's 256 entries cost more than they save,
+// and Run's float32 lookup, product and rounding take them).
 constexpr int64_t kTableFrom = 512;
 
-template <bool kStream>
+// Stores 16 float32 lanes at out + i (kOut float32), or 32 lanes (x, then y) rounded by Round16 (kOut 16-bit).
+template <DType kOut, bool kStream>
+BNB_TARGET_AVX512VBMI inline void Store(void* out, int64_t i, __m512 x, __m512 y) {
+  if constexpr (kOut == DType::kFloat32) {
+    float* dst = static_cast<float*>(out) + i;
+    kStream ? _mm512_stream_ps(dst, x) : _mm512_storeu_ps(dst, x);
+    kStream ? _mm512_stream_ps(dst + 16, y) : _mm512_storeu_ps(dst + 16, y);
+  } else {
+    // Each lane's low 16 bits, x's then y's: words 0, 2, .., 62 of the pair.
+    const __m512i even = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28,
+                                          26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i h = _mm512_permutex2var_epi16(round16_x86::Round16<kOut>(x), even, round16_x86::Round16<kOut>(y));
+    auto* dst = reinterpret_cast<__m512i*>(static_cast<uint16_t*>(out) + i);
+    kStream ? _mm512_stream_si512(dst, h) : _mm512_storeu_si512(dst, h);
+  }
+}
+
+// out[i] = values[codes[i]] * absmax[block of i] in float32, stored as kOut (16-bit: rounded by Round16, as the
+// Highway kernels round). kStream: out + first element 64-byte aligned.
+template <DType kOut, bool kStream>
 BNB_TARGET_AVX512VBMI void Run(const uint8_t* codes, const float* absmax, const float* values, const Blockwise8Range& r,
-                               float* out) {
+                               void* out) {
   const lookup256_x86::Lookup256 lookup(values);
   int shift = 0;
   while ((int64_t{1} << shift) < r.blocksize) ++shift;
@@ -31,16 +51,11 @@ BNB_TARGET_AVX512VBMI void Run(const uint8_t* codes, const float* absmax, const 
     __m512 v[4];
     lookup.Get(codes + i, v);
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      const __m512 x = _mm512_mul_ps(v[k], _mm512_set1_ps(absmax[(i + 16 * k) >> shift]));
-      if constexpr (kStream) {
-        _mm512_stream_ps(out + i + 16 * k, x);
-      } else {
-        _mm512_storeu_ps(out + i + 16 * k, x);
-      }
-    }
+    for (int k = 0; k < 4; ++k) v[k] = _mm512_mul_ps(v[k], _mm512_set1_ps(absmax[(i + 16 * k) >> shift]));
+    Store<kOut, kStream>(out, i, v[0], v[1]);
+    Store<kOut, kStream>(out, i + 32, v[2], v[3]);
   }
-  for (; i < hi; ++i) out[i] = values[codes[i]] * absmax[i >> shift];
+  for (; i < hi; ++i) StoreFromFloat(kOut, out, i, values[codes[i]] * absmax[i >> shift]);
   if constexpr (kStream) _mm_sfence();
 }
 
@@ -102,7 +117,15 @@ bool Allowed() { return ActiveTarget() <= HWY_AVX3 && lookup256_x86::HasVbmi(); 
 bool Dequantize16(DType dtype, const uint8_t* codes, const float* absmax, const float* values,
                   const Blockwise8Range& r, void* out) {
 #if BNB_GEMV4_X86
-  if (dtype == DType::kFloat32 || r.blocksize < kTableFrom || !Allowed()) return false;
+  if (dtype == DType::kFloat32 || !Allowed()) return false;
+  if (r.blocksize < kTableFrom) {
+    // Run streams from its first element on: 64-byte aligned where that is a multiple of 32 elements.
+    const bool stream = StreamsOutput(out, r.n * 3) && (r.block_begin * r.blocksize) % 32 == 0;
+    round16_x86::Dispatch16(dtype, stream, [&](auto type, auto streamed) {
+      Run<decltype(type)::value, decltype(streamed)::value>(codes, absmax, values, r, out);
+    });
+    return true;
+  }
   const bool stream = StreamsOutput(out, r.n * 3);
   round16_x86::Dispatch16(dtype, stream, [&](auto type, auto streamed) {
     Run16<decltype(type)::value, decltype(streamed)::value>(codes, absmax, values, r, out);
@@ -121,9 +144,9 @@ bool DequantizeF32(const uint8_t* codes, const float* absmax, const float* value
   const int64_t moved = r.n * 5;
   const bool stream = StreamsOutput(out, moved) && (r.block_begin * r.blocksize) % 16 == 0;
   if (stream) {
-    Run<true>(codes, absmax, values, r, out);
+    Run<DType::kFloat32, true>(codes, absmax, values, r, out);
   } else {
-    Run<false>(codes, absmax, values, r, out);
+    Run<DType::kFloat32, false>(codes, absmax, values, r, out);
   }
   return true;
 #else

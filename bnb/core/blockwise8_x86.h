@@ -1,6 +1,7 @@
 // The 8-bit dequantize on AVX512-VBMI, for DequantizeBlockwise8's dispatch (blockwise8_hwy.cc): the codes' values
-// (float32 outputs, lookup256_x86.h) or a block's 16-bit outputs by byte-plane permutes, where the Highway kernels
-// look each up by a scalar load (tools/bench/NOTES.md, '8-bit dequantize by byte planes').
+// (lookup256_x86.h) times absmax, for float32 outputs and 16-bit ones of blocks below 512, or a block's 16-bit
+// outputs by byte-plane permutes from 512 on, where the Highway kernels look each up by a scalar load
+// (tools/bench/NOTES.md, '8-bit dequantize by byte planes').
 #pragma once
 
 #include <cstdint>
@@ -14,8 +15,8 @@ namespace bnb::core::blockwise8_x86 {
 bool DequantizeF32(const uint8_t* codes, const float* absmax, const float* values, const Blockwise8Range& r,
                    float* out);
 
-// The same into bfloat16 or float16 outputs (dtype), each rounded as the Highway kernels round; blocks of 512 and
-// more only (false, writing nothing, for smaller blocks, float32 outputs, or without AVX512-VBMI).
+// The same into bfloat16 or float16 outputs (dtype), each rounded as the Highway kernels round (false, writing
+// nothing, for float32 outputs or without AVX512-VBMI).
 bool Dequantize16(DType dtype, const uint8_t* codes, const float* absmax, const float* values,
                   const Blockwise8Range& r, void* out);
 
