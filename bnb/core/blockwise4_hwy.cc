@@ -423,8 +423,8 @@ HWY_INLINE auto ScaledRuns(const void* x, const Pack32& pack32, uint8_t* packed)
 // mantissa, a table of 64 16-bit entries indexed by r >> kShift (buckets of a quarter binade, 21 of them) plus 32 for
 // a negative x: bits 0-3 the bucket's code up to its split, 4-7 the code above it, the top kShift bits the last
 // offset in the bucket that takes the first (all ones: the bucket holds no split). Built by the scalar definition
-// (its splits found by bisection); a codebook whose buckets would hold two splits, or whose code at r = 0 is not that
-// of 0, gets none (FP4: its lowest split, 0.0026, lies below the span; NF4's splits are 0.36 binades apart or more).
+// (each split found by a walk from its midpoint's place); a codebook whose buckets would hold two splits, or whose
+// code at r = 0 is not that of 0, gets none (FP4: its lowest split, 0.0026, lies below the span; NF4's splits are 0.36 binades apart or more).
 // Figures: tools/bench/NOTES.md, '4-bit quantize: bfloat16 by its bits'.
 template <DType kT>
 class KeyPlan {
@@ -477,11 +477,16 @@ class KeyPlan {
     const int bits_a = kOne | ma;  // exponent 0: any other exponent of a normal a gives the same codes
     const float a = as_float(static_cast<uint16_t>(bits_a));
     for (int sign = 0; sign < 2; ++sign) {
-      // Sorted positions are monotonic in r (in x), so a bucket whose ends are one apart holds one split, found by
-      // bisection.
+      // Sorted positions are monotonic in r (in x), so a bucket whose ends are one apart holds one split: near the
+      // r of the midpoint between the two positions times a (rounded to kT), found from there by a walk (a step or
+      // two; the walk alone decides, so the estimate needs no exactness).
       const auto pos = [&](int r) {
         const float x = as_float(static_cast<uint16_t>((bits_a - kSpan + r) | (sign << 15)));
         return SortedPosition4(cb, ScaleToUnit(x, a));
+      };
+      const auto r_of = [&](float magnitude) {
+        const uint16_t bits = kT == DType::kBFloat16 ? FloatToBF16(magnitude) : FloatToHalf(magnitude);
+        return (bits & 0x7FFF) - (bits_a - kSpan);
       };
       if (pos(0) != SortedPosition4(cb, ScaleToUnit(sign ? -0.0f : 0.0f, a))) return false;
       for (int b = 0; b < 32; ++b) {
@@ -491,12 +496,11 @@ class KeyPlan {
           low = pos(lo), high = pos(hi);
           if (std::abs(high - low) > 1) return false;  // two splits in the bucket
           if (high != low) {
-            int below = lo, above = hi;  // pos(below) == low, pos(above) == high
-            while (above - below > 1) {
-              const int mid = (below + above) / 2;
-              (pos(mid) == low ? below : above) = mid;
-            }
-            last = below - lo;
+            // The first r taking `high` lies in (lo, hi]: pos(lo) == low, pos(hi) == high.
+            int r = std::clamp(r_of(std::fabs(cb.midpoints[std::min(low, high)]) * a), lo + 1, hi);
+            while (pos(r) == low) ++r;
+            while (r - 1 > lo && pos(r - 1) != low) --r;
+            last = r - 1 - lo;
           }
           low = cb.sorted_to_code[low], high = cb.sorted_to_code[high];
         }
