@@ -19,7 +19,7 @@ namespace {
 bool IsIdentifierChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
 // The names of the __global__ functions `text` defines: the identifier before the first '(' of each declaration
-// that is not __launch_bounds__'s.
+// after __launch_bounds__'s arguments (which may hold calls of their own).
 std::set<std::string> GlobalFunctions(const std::string& text) {
   std::set<std::string> names;
   for (size_t g = text.find("__global__"); g != std::string::npos; g = text.find("__global__", g + 1)) {
@@ -33,6 +33,11 @@ std::set<std::string> GlobalFunctions(const std::string& text) {
       if (name != "__launch_bounds__") {
         names.insert(name);
         break;
+      }
+      // Past the matching ')'.
+      for (int depth = 1; depth > 0 && open + 1 < text.size();) {
+        const char c = text[++open];
+        depth += c == '(' ? 1 : c == ')' ? -1 : 0;
       }
     }
   }
@@ -66,8 +71,9 @@ TEST(KernelRegistry, AllSpecsAreEveryFamilysWithTheThreadsGiven) {
 
 TEST(KernelRegistry, GlobalFunctionsParse) {
   EXPECT_EQ(GlobalFunctions("template <int T>\n__global__ void __launch_bounds__(T, 1024 / T)\n    k1(int a) {}\n"
-                            "__global__ void k2() {}\n"),
-            (std::set<std::string>{"k1", "k2"}));
+                            "__global__ void k2() {}\n"
+                            "__global__ void __launch_bounds__(T, ns::f(T, (1))) k3(int a) {}\n"),
+            (std::set<std::string>{"k1", "k2", "k3"}));
 }
 
 // The check a new template needs: its kernels must be registered by some family, or warm and the NVRTC test
