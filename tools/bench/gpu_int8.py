@@ -6,7 +6,9 @@
   Linear8bitLt at threshold 6 against bfloat16 nn.Linear (>= 1.5x faster; bitsandbytes: 0.10x). The 7 weights are
   reused by the 32 layers: 218 MB of int8 (436 MB of bf16), far beyond the 50 MB L2, so every layer reads its
   weight from memory as a real model's would.
-GPU time is CUDA-event time over back-to-back calls; the input has four outlier columns (x 8).
+GPU time is CUDA-event time over back-to-back calls; the input has four outlier columns (x 8). Last, where one
+token's call is slow, why: torch.profiler over one Linear8bitLt call per threshold (host time by op, the kernels,
+and the calls that wait for the device).
 Run: python tools/bench/gpu_int8.py
 """
 
@@ -35,6 +37,31 @@ def activations(m, k, dtype):
     x = torch.randn(m, k, device="cuda", dtype=dtype)
     x[:, [c for c in OUTLIER_COLUMNS if c < k]] *= 8
     return x
+
+
+# Runtime and driver calls after which the host waits for the device (a synchronizing copy or an explicit wait).
+SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy", "cudaMemcpyAsync", "cuStreamSynchronize",
+         "cuCtxSynchronize", "cuMemcpyDtoH", "cudaEventSynchronize")
+
+
+def trace(fn, label: str, rows: int = 8) -> None:
+    """One call of fn (after a warm-up) under torch.profiler: the ops by host time, the kernels launched, and the
+    calls that wait for the device."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    events = prof.key_averages()
+    waits = sum(e.count for e in events if e.key.startswith(SYNCS))
+    kernels = sum(e.count for e in events if getattr(e, "device_type", None) is not None
+                  and str(e.device_type).endswith("CUDA"))
+    total = sum(e.self_cpu_time_total for e in events)
+    print(f"{label}: host {total:.0f} us in all, {kernels} kernel launches, {waits} waits for the device")
+    for e in sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:rows]:
+        print(f"  {e.key[:60]:60s} x{e.count:<3d} self {e.self_cpu_time_total:8.1f} us")
 
 
 def main(argv=None):
@@ -76,6 +103,11 @@ def main(argv=None):
         t16 = gpu_timing.events_us(lambda: decode(1), 5)
         print(f"one token through 224 Llama-3-8B-shaped layers: Linear8bitLt {t8 / 1e3:.2f} ms, bf16 nn.Linear "
               f"{t16 / 1e3:.2f} ms: {t16 / t8:.2f}x (goal >= 1.5x)")
+        layer, _ = layer_pairs[0]
+        for threshold in (6.0, 0.0):
+            layer.state.threshold = threshold
+            trace(lambda: layer(xs[0]), f"one token's q projection (1 x 4096 by 4096^2), threshold {threshold:g}")
+        layer.state.threshold = 6.0
 
 
 if __name__ == "__main__":
