@@ -181,6 +181,13 @@ absl::Status LaunchOptimizerUpdate8(KernelCache& cache, int device, const core::
   absl::StatusOr<KernelSpec> rest_spec = OptimSpec(kUpdate8, step.rule, dtype, 0, "", per_thread, false);
   if (plan.whole > 0 && !whole_spec.ok()) return whole_spec.status();
   if (!rest_spec.ok()) return rest_spec.status();
+  // Both kernels compiled and loaded before anything launches, so that a failure leaves p and the states as they
+  // were (the cache hands them to the launches below).
+  for (const auto& [count, spec] : {std::pair<int64_t, const absl::StatusOr<KernelSpec>*>{plan.whole, &whole_spec},
+                                    {plan.rest, &rest_spec}}) {
+    if (count == 0) continue;
+    if (absl::StatusOr<LoadedKernel> k = cache.GetKernel(**spec, device); !k.ok()) return k.status();
+  }
   absl::StatusOr<LoadedKernel> prepare = cache.GetKernel(PrepareCodebook8Spec(""), device);
   if (!prepare.ok()) return prepare.status();
   char* prep1 = static_cast<char*>(scratch);

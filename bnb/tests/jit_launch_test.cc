@@ -11,6 +11,7 @@
 #include "absl/strings/strip.h"
 #include "bnb/core/blockwise4.h"
 #include "bnb/core/dtype.h"
+#include "bnb/core/optim.h"
 #include "bnb/jit/blockwise4.h"
 #include "bnb/jit/blockwise8.h"
 #include "bnb/jit/fake_compiler.h"
@@ -19,6 +20,7 @@
 #include "bnb/jit/kernel_cache.h"
 #include "bnb/jit/kernel_sources.h"
 #include "bnb/jit/launch.h"
+#include "bnb/jit/optim.h"
 #include "gtest/gtest.h"
 
 namespace bnb::jit {
@@ -194,6 +196,64 @@ TEST_F(FakeDeviceTest, QuantizeBlockwise8) {
   EXPECT_EQ(l[1].Arg<uint8_t*>(2), Fake<uint8_t>(0x300));
   EXPECT_EQ(l[1].Arg<float*>(3), Fake<float>(0x400));
   EXPECT_EQ(l[1].Arg<long long>(4), n);
+}
+
+// The 8-bit optimizer update: both codebooks prepared, the whole blocks by the WHOLE variant, the partial last one
+// by the general kernel with every buffer advanced past them; and a kernel that fails to compile launches nothing,
+// so p and the states stay as they were.
+TEST_F(FakeDeviceTest, OptimizerUpdate8WholeBlocksThenTheRest) {
+  const core::OptimStep step =
+      core::MakeOptimStep(core::OptimRule::kAdam, true, 0.9, 0.999, 0.0, 0.0, 1e-8, 0.01, 1, 1e-3, 1.0, false);
+  const auto update = [&](int64_t n) {
+    return LaunchOptimizerUpdate8(cache_, 0, step, DType::kFloat32, Fake<const void>(0x1000), Fake<void>(0x2000),
+                                  Fake<uint8_t>(0x3000), nullptr, Fake<uint8_t>(0x4000), Fake<const float>(0x500),
+                                  Fake<const float>(0x600), Fake<float>(0x7000), nullptr, Fake<float>(0x8000),
+                                  Fake<void>(0x9000), n, nullptr, 8);
+  };
+  ASSERT_TRUE(update(1000).ok());
+  std::vector<FakeRuntime::Launched> l = runtime_.launches();
+  ASSERT_EQ(l.size(), 4u);
+  EXPECT_EQ(l[0].function, "fake_prepare_codebook8");
+  EXPECT_EQ(l[1].function, "fake_prepare_codebook8");
+  EXPECT_EQ(l[1].Arg<void*>(1), Fake<void>(0x9000 + kQuantizeBlockwise8ScratchBytes));
+  EXPECT_NE(l[2].image.find("WHOLE=true"), std::string::npos) << l[2].image;
+  EXPECT_EQ(l[2].Arg<const void*>(0), Fake<const void>(0x1000));
+  EXPECT_EQ(l[2].Arg<long long>(13), 768);
+  EXPECT_NE(l[3].image.find("WHOLE=false"), std::string::npos) << l[3].image;
+  EXPECT_EQ(l[3].Arg<const void*>(0), Fake<const void>(0x1000 + 768 * 4));  // g and p: 768 floats on
+  EXPECT_EQ(l[3].Arg<void*>(1), Fake<void>(0x2000 + 768 * 4));
+  EXPECT_EQ(l[3].Arg<uint8_t*>(2), Fake<uint8_t>(0x3000 + 768));            // the codes: 768 bytes on
+  EXPECT_EQ(l[3].Arg<uint8_t*>(3), nullptr);
+  EXPECT_EQ(l[3].Arg<uint8_t*>(4), Fake<uint8_t>(0x4000 + 768));
+  EXPECT_EQ(l[3].Arg<float*>(9), Fake<float>(0x7000 + 3 * 4));               // absmax: 3 blocks on
+  EXPECT_EQ(l[3].Arg<float*>(11), Fake<float>(0x8000 + 3 * 4));
+  EXPECT_EQ(l[3].Arg<long long>(13), 232);
+
+  // A misaligned p: all by the general kernel.
+  ASSERT_TRUE(LaunchOptimizerUpdate8(cache_, 0, step, DType::kFloat32, Fake<const void>(0x1000), Fake<void>(0x2004),
+                                     Fake<uint8_t>(0x3000), nullptr, Fake<uint8_t>(0x4000), Fake<const float>(0x500),
+                                     Fake<const float>(0x600), Fake<float>(0x7000), nullptr, Fake<float>(0x8000),
+                                     Fake<void>(0x9000), 1024, nullptr, 8)
+                  .ok());
+  l = runtime_.launches();
+  ASSERT_EQ(l.size(), 4u + 3u);
+  EXPECT_NE(l[6].image.find("WHOLE=false"), std::string::npos) << l[6].image;
+  EXPECT_EQ(l[6].Arg<long long>(13), 1024);
+
+  // Whole blocks only, then a call that needs a kernel which fails to compile: nothing launches.
+  const auto compiler = std::make_shared<FakeCompiler>();
+  KernelCache failing{KernelCacheOptions{compiler, DiskCacheOptions{"", false, nullptr}, nullptr, &runtime_}};
+  const auto update_with = [&](int64_t n) {
+    return LaunchOptimizerUpdate8(failing, 0, step, DType::kFloat32, Fake<const void>(0x1000), Fake<void>(0x2000),
+                                  Fake<uint8_t>(0x3000), nullptr, Fake<uint8_t>(0x4000), Fake<const float>(0x500),
+                                  Fake<const float>(0x600), Fake<float>(0x7000), nullptr, Fake<float>(0x8000),
+                                  Fake<void>(0x9000), n, nullptr, 8);
+  };
+  ASSERT_TRUE(update_with(512).ok());
+  const size_t before = runtime_.launches().size();
+  compiler->fail = true;
+  EXPECT_FALSE(update_with(1000).ok());  // the general kernel, not yet compiled
+  EXPECT_EQ(runtime_.launches().size(), before);
 }
 
 TEST_F(FakeDeviceTest, DequantizeBlockwise8) {
