@@ -204,13 +204,14 @@ TEST_F(FakeDeviceTest, QuantizeBlockwise8) {
 TEST_F(FakeDeviceTest, OptimizerUpdate8WholeBlocksThenTheRest) {
   const core::OptimStep step =
       core::MakeOptimStep(core::OptimRule::kAdam, true, 0.9, 0.999, 0.0, 0.0, 1e-8, 0.01, 1, 1e-3, 1.0, false);
-  const auto update = [&](int64_t n) {
-    return LaunchOptimizerUpdate8(cache_, 0, step, DType::kFloat32, Fake<const void>(0x1000), Fake<void>(0x2000),
+  // Adam's two states, p at address p_at, n elements, through `cache`.
+  const auto update = [&](KernelCache& cache, uintptr_t p_at, int64_t n) {
+    return LaunchOptimizerUpdate8(cache, 0, step, DType::kFloat32, Fake<const void>(0x1000), Fake<void>(p_at),
                                   Fake<uint8_t>(0x3000), nullptr, Fake<uint8_t>(0x4000), Fake<const float>(0x500),
                                   Fake<const float>(0x600), Fake<float>(0x7000), nullptr, Fake<float>(0x8000),
                                   Fake<void>(0x9000), n, nullptr, 8);
   };
-  ASSERT_TRUE(update(1000).ok());
+  ASSERT_TRUE(update(cache_, 0x2000, 1000).ok());
   std::vector<FakeRuntime::Launched> l = runtime_.launches();
   ASSERT_EQ(l.size(), 4u);
   EXPECT_EQ(l[0].function, "fake_prepare_codebook8");
@@ -230,11 +231,7 @@ TEST_F(FakeDeviceTest, OptimizerUpdate8WholeBlocksThenTheRest) {
   EXPECT_EQ(l[3].Arg<long long>(13), 232);
 
   // A misaligned p: all by the general kernel.
-  ASSERT_TRUE(LaunchOptimizerUpdate8(cache_, 0, step, DType::kFloat32, Fake<const void>(0x1000), Fake<void>(0x2004),
-                                     Fake<uint8_t>(0x3000), nullptr, Fake<uint8_t>(0x4000), Fake<const float>(0x500),
-                                     Fake<const float>(0x600), Fake<float>(0x7000), nullptr, Fake<float>(0x8000),
-                                     Fake<void>(0x9000), 1024, nullptr, 8)
-                  .ok());
+  ASSERT_TRUE(update(cache_, 0x2004, 1024).ok());
   l = runtime_.launches();
   ASSERT_EQ(l.size(), 4u + 3u);
   EXPECT_NE(l[6].image.find("WHOLE=false"), std::string::npos) << l[6].image;
@@ -243,16 +240,10 @@ TEST_F(FakeDeviceTest, OptimizerUpdate8WholeBlocksThenTheRest) {
   // Whole blocks only, then a call that needs a kernel which fails to compile: nothing launches.
   const auto compiler = std::make_shared<FakeCompiler>();
   KernelCache failing{KernelCacheOptions{compiler, DiskCacheOptions{"", false, nullptr}, nullptr, &runtime_}};
-  const auto update_with = [&](int64_t n) {
-    return LaunchOptimizerUpdate8(failing, 0, step, DType::kFloat32, Fake<const void>(0x1000), Fake<void>(0x2000),
-                                  Fake<uint8_t>(0x3000), nullptr, Fake<uint8_t>(0x4000), Fake<const float>(0x500),
-                                  Fake<const float>(0x600), Fake<float>(0x7000), nullptr, Fake<float>(0x8000),
-                                  Fake<void>(0x9000), n, nullptr, 8);
-  };
-  ASSERT_TRUE(update_with(512).ok());
+  ASSERT_TRUE(update(failing, 0x2000, 512).ok());
   const size_t before = runtime_.launches().size();
   compiler->fail = true;
-  EXPECT_FALSE(update_with(1000).ok());  // the general kernel, not yet compiled
+  EXPECT_FALSE(update(failing, 0x2000, 1000).ok());  // the general kernel, not yet compiled
   EXPECT_EQ(runtime_.launches().size(), before);
 }
 
