@@ -424,7 +424,8 @@ HWY_INLINE auto ScaledRuns(const void* x, const Pack32& pack32, uint8_t* packed)
 // a negative x: bits 0-3 the bucket's code up to its split, 4-7 the code above it, the top kShift bits the last
 // offset in the bucket that takes the first (all ones: the bucket holds no split). Built by the scalar definition
 // (each split found by a walk from its midpoint's place); a codebook whose buckets would hold two splits, or whose
-// code at r = 0 is not that of 0, gets none (FP4: its lowest split, 0.0026, lies below the span; NF4's splits are 0.36 binades apart or more).
+// code at r = 0 is not that of 0, gets none (FP4: its lowest split, 0.0026, lies below the span; NF4's splits are
+// 0.36 binades apart or more).
 // Figures: tools/bench/NOTES.md, '4-bit quantize: bfloat16 by its bits'.
 template <DType kT>
 class KeyPlan {

@@ -18,7 +18,7 @@ namespace {
 // and Run's float32 lookup, product and rounding take them).
 constexpr int64_t kTableFrom = 512;
 
-// Stores 16 float32 lanes at out + i (kOut float32), or 32 lanes (x, then y) rounded by Round16 (kOut 16-bit).
+// Stores x's lanes, then y's, at out + i: 32 float32 outputs, or 32 16-bit ones rounded by Round16.
 template <DType kOut, bool kStream>
 BNB_TARGET_AVX512VBMI inline void Store(void* out, int64_t i, __m512 x, __m512 y) {
   if constexpr (kOut == DType::kFloat32) {

@@ -120,7 +120,9 @@ std::vector<KernelSpec> AllOptimSpecs(const std::string& arch, int threads) {
     for (core::OptimRule rule : kRules) {
       out.push_back(*OptimSpec(kUpdate32, rule, t, threads, arch));
       out.push_back(*OptimSpec(kUpdate8, rule, t, threads, arch, per_thread));
-      if (Update8VectorShares(t, per_thread)) out.push_back(*OptimSpec(kUpdate8, rule, t, threads, arch, per_thread, true));
+      if (Update8VectorShares(t, per_thread)) {
+        out.push_back(*OptimSpec(kUpdate8, rule, t, threads, arch, per_thread, true));
+      }
       if (rule != core::OptimRule::kAdEMAMix) out.push_back(*OptimSpec(kUnorm32, rule, t, threads, arch));
     }
   }

@@ -227,7 +227,7 @@ __device__ __forceinline__ void encode8(const float (&x)[PER], float amax, long 
   for (int k = 0; k < PER; ++k) {
     bool r;
     c[k] = (unsigned char)bw8::code_fast(fast ? x[k] : 0.0f, a, y, prep, &r);
-    if (FULL || ((valid >> k) & 1u)) redo |= (unsigned)r << k;
+    if (FULL || ((valid >> k) & 1u)) redo |= (unsigned)r << k;  // (FULL ||: folded away; a mask cost registers)
   }
   if (redo != 0) {
 #pragma unroll
