@@ -1,6 +1,8 @@
 #include "bnb/jit/int8.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "bnb/jit/blockwise8.h"
@@ -17,6 +19,12 @@ constexpr const char* kColumnAbsmax = "int8_column_absmax";
 constexpr const char* kQuantizeColumns = "int8_quantize_columns";
 constexpr const char* kDequantizeRows = "int8_dequantize_rows";
 constexpr const char* kDequantizeProduct = "int8_dequantize_product";
+constexpr const char* kScaledGemv = "int8_scaled_gemv";
+constexpr int kGemvRows[] = {1, 4, 16};  // the row counts compiled: a decode step's 1, small batches 4 and 16
+
+// Columns a warp of int8_scaled_gemv takes: each 16 bytes of A a lane loads serve C columns (the rows of A are
+// re-read from L1 per C columns of the weight).
+int GemvColumns(int rows) { return rows <= 1 ? 2 : 4; }
 constexpr core::DType kTypes[] = {core::DType::kFloat32, core::DType::kFloat16, core::DType::kBFloat16};
 
 absl::StatusOr<LoadedKernel> Get(KernelCache& cache, int device, const std::string& entry, core::DType dtype,
@@ -29,7 +37,7 @@ absl::StatusOr<LoadedKernel> Get(KernelCache& cache, int device, const std::stri
 }  // namespace
 
 absl::StatusOr<KernelSpec> Int8Spec(const std::string& entry, core::DType dtype, core::DType bias, int threads,
-                                    const std::string& arch) {
+                                    const std::string& arch, int rows) {
   threads = ThreadsPerBlock(threads);
   if (absl::Status st = CheckThreadsPerBlock("int8", threads); !st.ok()) return st;
   KernelSpec s;
@@ -42,6 +50,15 @@ absl::StatusOr<KernelSpec> Int8Spec(const std::string& entry, core::DType dtype,
     s.template_args = {{"THREADS", absl::StrCat(threads)}};
   } else if (entry == kDequantizeProduct) {
     s.template_args = {{"T", CudaTypeName(dtype)}, {"B", CudaTypeName(bias)}, {"THREADS", absl::StrCat(threads)}};
+  } else if (entry == kScaledGemv) {
+    if (std::find(std::begin(kGemvRows), std::end(kGemvRows), rows) == std::end(kGemvRows)) {
+      return absl::InvalidArgumentError(absl::StrCat("int8_scaled_gemv: rows must be 1, 4 or 16, got ", rows));
+    }
+    s.template_args = {{"T", CudaTypeName(dtype)},
+                       {"B", CudaTypeName(bias)},
+                       {"R", absl::StrCat(rows)},
+                       {"C", absl::StrCat(GemvColumns(rows))},
+                       {"THREADS", absl::StrCat(threads)}};
   } else {
     return absl::InvalidArgumentError(absl::StrCat("int8: no kernel '", entry, "' in kernels/int8.cuh"));
   }
@@ -55,7 +72,10 @@ std::vector<KernelSpec> AllInt8Specs(const std::string& arch, int threads) {
     for (const char* entry : {kQuantizeRows, kColumnAbsmax, kQuantizeColumns}) {
       out.push_back(*Int8Spec(entry, t, t, threads, arch));
     }
-    for (core::DType b : kTypes) out.push_back(*Int8Spec(kDequantizeProduct, t, b, threads, arch));
+    for (core::DType b : kTypes) {
+      out.push_back(*Int8Spec(kDequantizeProduct, t, b, threads, arch));
+      for (int rows : kGemvRows) out.push_back(*Int8Spec(kScaledGemv, t, b, threads, arch, rows));
+    }
   }
   return out;
 }
@@ -122,6 +142,33 @@ absl::Status LaunchInt8DequantizeProduct(KernelCache& cache, int device, const i
   if (!k.ok()) return k.status();
   return Launch(*k, ElementGrid(n, t), Dim3{static_cast<unsigned>(t)}, 0, stream, A, row_stats, col_stats, bias,
                 static_cast<long long>(n), static_cast<long long>(N), out);
+}
+
+bool Int8ScaledGemvFits(int64_t rows, int64_t K, const int8_t* A, const int8_t* W) {
+  return rows >= 1 && rows <= kInt8GemvMaxRows && K % 16 == 0 && reinterpret_cast<uintptr_t>(A) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(W) % 16 == 0;
+}
+
+absl::Status LaunchInt8ScaledGemv(KernelCache& cache, int device, const int8_t* A, const int8_t* W,
+                                  const float* row_stats, const float* col_stats, core::DType bias_dtype,
+                                  const void* bias, int64_t rows, int64_t N, int64_t K, core::DType dtype, void* out,
+                                  void* stream, int threads) {
+  if (!Int8ScaledGemvFits(rows, K, A, W)) {
+    return absl::InvalidArgumentError(absl::StrCat("int8_scaled_gemv: takes 1 to ", kInt8GemvMaxRows,
+                                                   " rows, K a multiple of 16 and 16-byte aligned codes; got ", rows,
+                                                   " rows, K ", K));
+  }
+  if (N == 0) return absl::OkStatus();
+  const int r = *std::find_if(std::begin(kGemvRows), std::end(kGemvRows), [&](int n) { return n >= rows; });
+  absl::StatusOr<KernelSpec> spec = Int8Spec(kScaledGemv, dtype, bias_dtype, threads, "", r);
+  if (!spec.ok()) return spec.status();
+  absl::StatusOr<LoadedKernel> k = cache.GetKernel(*spec, device);
+  if (!k.ok()) return k.status();
+  const int t = ThreadsPerBlock(threads);
+  const int64_t columns_per_cta = int64_t{t / 32} * GemvColumns(r);
+  const Dim3 grid{static_cast<unsigned>((N + columns_per_cta - 1) / columns_per_cta)};
+  return Launch(*k, grid, Dim3{static_cast<unsigned>(t)}, 0, stream, A, W, row_stats, col_stats, bias,
+                static_cast<int>(rows), static_cast<long long>(N), static_cast<long long>(K), out);
 }
 
 }  // namespace bnb::jit

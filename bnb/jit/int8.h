@@ -14,15 +14,17 @@
 
 namespace bnb::jit {
 
-// The pass `entry` of kernels/int8.cuh for input (or output) type `dtype` (and, for int8_dequantize_product, bias
-// type `bias`); entries without a type ignore it.
+// The pass `entry` of kernels/int8.cuh for input (or output) type `dtype` (and, for int8_dequantize_product and
+// int8_scaled_gemv, bias type `bias`; for int8_scaled_gemv, `rows` rows at most: 1, 4 or 16); entries without a
+// type ignore it.
 absl::StatusOr<KernelSpec> Int8Spec(const std::string& entry, core::DType dtype, core::DType bias, int threads,
-                                    const std::string& arch);
+                                    const std::string& arch, int rows = 1);
 
 // Every int8 spec for every type; registered as the int8 family (kernel_registry.h).
 std::vector<KernelSpec> AllInt8Specs(const std::string& arch, int threads = 0);
 
-// stats, codes and outlier flags of x's rows ([rows, K] of dtype); flags: K bytes, 0 on entry.
+// stats, codes and outlier flags of x's rows ([rows, K] of dtype); flags: K bytes, 0 on entry (null for threshold
+// <= 0).
 absl::Status LaunchInt8QuantizeRows(KernelCache& cache, int device, core::DType dtype, const void* x, int64_t rows,
                                     int64_t K, float threshold, int8_t* codes, float* stats, uint8_t* outlier_flags,
                                     void* stream, int threads = 0);
@@ -37,5 +39,19 @@ absl::Status LaunchInt8DequantizeProduct(KernelCache& cache, int device, const i
                                          const float* col_stats, core::DType bias_dtype, const void* bias,
                                          int64_t rows, int64_t N, core::DType dtype, void* out, void* stream,
                                          int threads = 0);
+
+// The largest row count int8_scaled_gemv takes; more rows go to a GEMM.
+inline constexpr int64_t kInt8GemvMaxRows = 16;
+
+// Whether LaunchInt8ScaledGemv takes these operands: 1 to kInt8GemvMaxRows rows, K a multiple of 16, codes A and
+// W 16-byte aligned.
+bool Int8ScaledGemvFits(int64_t rows, int64_t K, const int8_t* A, const int8_t* W);
+
+// out [rows, N] (dtype) = the int32 product of codes A [rows, K] and W [N, K], dequantized as
+// LaunchInt8DequantizeProduct does, in one pass over W (Int8ScaledGemvFits must hold); bias may be null.
+absl::Status LaunchInt8ScaledGemv(KernelCache& cache, int device, const int8_t* A, const int8_t* W,
+                                  const float* row_stats, const float* col_stats, core::DType bias_dtype,
+                                  const void* bias, int64_t rows, int64_t N, int64_t K, core::DType dtype, void* out,
+                                  void* stream, int threads = 0);
 
 }  // namespace bnb::jit

@@ -1,7 +1,8 @@
 // The CUDA LLM.int8() passes (kernels/int8.cuh) run on the CPU by cuda_emu.h, against bnb/core's passes bit for
 // bit, no GPU needed: row quantization with its outlier flags, column absmax over a 2-D grid of row chunks and the
-// column codes, row dequantization, and the product's epilogue with and without a bias; float32, float16 and
-// bfloat16; thresholds 0 and 6; rows that are all zero, all outliers, hold NaN or +-inf; K off the thread count.
+// column codes, row dequantization, the product's epilogue with and without a bias, and the small-batch product
+// that multiplies and dequantizes in one pass; float32, float16 and bfloat16; thresholds 0 and 6; rows that are all
+// zero, all outliers, hold NaN or +-inf; K off the thread count.
 #include "bnb/tests/cuda_emu.h"
 // The kernels as host C++ (after the emulator, which defines what they need).
 #include "bnb/jit/int8_host.h"
@@ -77,7 +78,8 @@ void CheckQuantize(int64_t rows, int64_t K, float threshold) {
   core::Int8QuantizeRows(dtype, x.data(), K, threshold, 0, rows, codes_cpu.data(), stats_cpu.data());
   if (threshold > 0.0f) core::Int8OutlierColumns(dtype, x.data(), K, threshold, 0, rows, flags_cpu.data());
   emu::Launch(3u, 256, int8_quantize_rows<T, 256>, xt, static_cast<long long>(rows), static_cast<long long>(K),
-              threshold, As<signed char>(codes), As<float>(stats), As<unsigned char>(flags));
+              threshold, As<signed char>(codes), As<float>(stats),
+              threshold > 0.0f ? As<unsigned char>(flags) : nullptr);  // no flags without a threshold, as the host
   EXPECT_TRUE(Same(codes, codes_cpu)) << "row codes";
   EXPECT_TRUE(Same(stats, stats_cpu)) << "row stats";
   EXPECT_TRUE(Same(flags, flags_cpu)) << "outlier flags";
@@ -131,6 +133,61 @@ void CheckEpilogue(int64_t rows, int64_t N, bool with_bias) {
               As<const float>(dcs), with_bias ? As<const B>(dbias) : nullptr, static_cast<long long>(rows * N),
               static_cast<long long>(N), As<T>(out));
   EXPECT_TRUE(Same(out, out_cpu)) << "dequantized product";
+}
+
+// int8_scaled_gemv<T, B, R, C> on M rows against an int32 product summed here and bnb/core's epilogue: codes
+// that include -128 and 127 (the sums' extremes), a column scale of inf, N off the warp's C columns and K off the
+// warp's 512-byte stride.
+template <class T, class B, int R, int C>
+void CheckGemv(int M, int64_t N, int64_t K, bool with_bias) {
+  constexpr DType dtype = DTypeOf<T>(), bias_dtype = DTypeOf<B>();
+  SCOPED_TRACE(absl::StrCat("gemv R=", R, " C=", C, " ", core::DTypeName(dtype), " bias ",
+                            with_bias ? core::DTypeName(bias_dtype) : "none", " ", M, "x", K, " by ", N, "x", K));
+  std::mt19937 rng(static_cast<unsigned>(M * 7 + N + K));
+  std::vector<int8_t> A(M * K), W(N * K);
+  for (int8_t& a : A) a = static_cast<int8_t>(static_cast<int>(rng() % 256) - 128);
+  for (int8_t& w : W) w = static_cast<int8_t>(static_cast<int>(rng() % 256) - 128);
+  for (int64_t k = 0; k < K; ++k) A[k] = W[k] = -128;  // row 0 by column 0: the largest sum
+  if (N > 1) {
+    for (int64_t k = 0; k < K; ++k) W[K + k] = 127;
+  }
+  std::vector<int32_t> product(M * N);
+  for (int m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      int64_t sum = 0;
+      for (int64_t k = 0; k < K; ++k) sum += int64_t{A[m * K + k]} * W[n * K + k];
+      product[m * N + n] = static_cast<int32_t>(sum);
+    }
+  }
+  std::vector<float> rs(M), cs(N);
+  for (float& r : rs) r = static_cast<float>(rng() % 1000) / 97.0f;
+  for (float& c : cs) c = static_cast<float>(rng() % 1000) / 89.0f;
+  if (N > 2) cs[2] = INFINITY;
+  std::vector<unsigned char> bias(N * core::DTypeSize(bias_dtype));
+  for (int64_t i = 0; i < N; ++i) core::StoreFromFloat(bias_dtype, bias.data(), i, static_cast<float>(rng() % 100) / 7);
+  std::vector<unsigned char> out_cpu(M * N * core::DTypeSize(dtype));
+  core::Int8DequantizeProduct(product.data(), rs.data(), cs.data(), bias_dtype, with_bias ? bias.data() : nullptr, N,
+                              0, M, dtype, out_cpu.data());
+  const Dev dA = OnDevice(A), dW = OnDevice(W), drs = OnDevice(rs), dcs = OnDevice(cs), dbias = OnDevice(bias);
+  const Dev out = OnDevice(std::vector<unsigned char>(out_cpu.size(), 0xAB));
+  constexpr unsigned threads = 64;
+  const int64_t per_cta = threads / 32 * C;
+  emu::Launch(static_cast<unsigned>((N + per_cta - 1) / per_cta), threads, int8_scaled_gemv<T, B, R, C, threads>,
+              As<const signed char>(dA), As<const signed char>(dW), As<const float>(drs), As<const float>(dcs),
+              with_bias ? As<const B>(dbias) : nullptr, M, static_cast<long long>(N), static_cast<long long>(K),
+              As<T>(out));
+  EXPECT_TRUE(Same(out, out_cpu)) << "gemv product";
+}
+
+TEST(Int8Emulated, GemvEqualsTheProductAndItsEpilogue) {
+  CheckGemv<float, float, 1, 2>(1, 37, 528, false);
+  CheckGemv<bf16, bf16, 1, 2>(1, 4, 16, true);
+  CheckGemv<half, float, 1, 2>(1, 1, 1024, true);
+  CheckGemv<bf16, float, 4, 4>(3, 9, 544, true);
+  CheckGemv<float, half, 4, 4>(4, 16, 32, true);
+  CheckGemv<half, half, 16, 4>(5, 13, 48, false);
+  CheckGemv<bf16, bf16, 16, 4>(16, 10, 1040, true);
+  CheckGemv<float, float, 16, 4>(16, 3, 0, true);  // K = 0: the bias alone
 }
 
 TEST(Int8Emulated, QuantizePassesEqualTheCpu) {

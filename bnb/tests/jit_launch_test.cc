@@ -324,8 +324,27 @@ TEST_F(FakeDeviceTest, Int8Passes) {
                                           Fake<const float>(0xC00), DType::kFloat16, nullptr, 17, 96,
                                           DType::kBFloat16, Fake<void>(0xD00), stream)
                   .ok());
+  ASSERT_TRUE(LaunchInt8ScaledGemv(cache_, 0, Fake<const int8_t>(0xE00), Fake<const int8_t>(0xF00),
+                                   Fake<const float>(0xB00), Fake<const float>(0xC00), DType::kFloat32, nullptr, 5,
+                                   1000, 4096, DType::kFloat16, Fake<void>(0xD00), stream)
+                  .ok());
+  // The one-pass product takes 1 to 16 rows, K a multiple of 16 and aligned codes; the caller falls back otherwise.
+  EXPECT_FALSE(LaunchInt8ScaledGemv(cache_, 0, Fake<const int8_t>(0xE00), Fake<const int8_t>(0xF00),
+                                    Fake<const float>(0xB00), Fake<const float>(0xC00), DType::kFloat32, nullptr, 17,
+                                    1000, 4096, DType::kFloat16, Fake<void>(0xD00), stream)
+                   .ok());
+  EXPECT_FALSE(Int8ScaledGemvFits(1, 4104, Fake<const int8_t>(0xE00), Fake<const int8_t>(0xF00)));
+  EXPECT_FALSE(Int8ScaledGemvFits(1, 4096, Fake<const int8_t>(0xE01), Fake<const int8_t>(0xF00)));
   const std::vector<FakeRuntime::Launched> l = runtime_.launches();
-  ASSERT_EQ(l.size(), 5u);
+  ASSERT_EQ(l.size(), 6u);
+  ExpectArgumentsFitTheKernel(l[5], "int8", "int8_scaled_gemv");
+  // 5 rows take the 16-row kernel, 4 columns a warp: 1000 columns in 32 CTAs of 8 warps.
+  EXPECT_NE(l[5].image.find("int8_scaled_gemv<T=bnb::half, B=float, R=16, C=4, THREADS=256>"), std::string::npos)
+      << l[5].image;
+  EXPECT_EQ(l[5].grid.x, 32u);
+  EXPECT_EQ(l[5].Arg<int>(5), 5);
+  EXPECT_EQ(l[5].Arg<long long>(6), 1000);
+  EXPECT_EQ(l[5].Arg<long long>(7), 4096);
   ExpectArgumentsFitTheKernel(l[0], "int8", "int8_quantize_rows");
   EXPECT_NE(l[0].image.find("int8_quantize_rows<T=bnb::half, THREADS=256>"), std::string::npos) << l[0].image;
   EXPECT_EQ(l[0].grid.x, 300u);  // a CTA per row

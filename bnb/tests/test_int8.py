@@ -97,6 +97,29 @@ def test_epilogues_equal_the_definition(device, dtype, bias_dtype):
 
 
 @pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("M, K, N", [(1, 4096, 64), (1, 16, 7), (3, 528, 33), (4, 64, 5), (5, 1040, 9), (16, 512, 40),
+                                     (17, 64, 8)])
+@pytest.mark.parametrize("dtype, bias_dtype", [(torch.bfloat16, torch.bfloat16), (torch.float16, None),
+                                               (torch.float32, torch.float16)])
+def test_small_batch_products_equal_the_definition(device, M, K, N, dtype, bias_dtype):
+    # Up to 16 rows with K a multiple of 16 take CUDA's one-pass product (int8_scaled_gemv), 17 its GEMM; the CPU's
+    # own split. Codes of -128 and 127 make the largest sums; a second A starts 1 byte into its storage (misaligned
+    # for 16-byte loads, so CUDA takes the GEMM): the same values either way.
+    g = torch.Generator().manual_seed(M * N + K)
+    A = torch.randint(-128, 128, (M, K), generator=g, dtype=torch.int8)
+    B = torch.randint(-128, 128, (N, K), generator=g, dtype=torch.int8)
+    A[0] = B[0] = -128
+    B[-1] = 127
+    rs, cs = torch.rand(M, generator=g) * 5, torch.rand(N, generator=g) * 5
+    bias = None if bias_dtype is None else torch.randn(N, generator=g).to(bias_dtype)
+    want = ref.int8_scaled_mm(A, B, rs, cs, bias, dtype)
+    on = [t.to(device) if t is not None else None for t in (A, B, rs, cs, bias)]
+    assert_same_bits(ops.int8_scaled_mm(*on[:4], on[4], dtype), want)
+    shifted = torch.empty(M * K + 1, dtype=torch.int8, device=device)[1:].view(M, K).copy_(on[0])
+    assert_same_bits(ops.int8_scaled_mm(shifted, *on[1:4], on[4], dtype), want)
+
+
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("threshold", [0.0, 6.0, 100.0])
 def test_mixed_product_equals_the_definition(device, dtype, threshold):

@@ -6,11 +6,16 @@
   Linear8bitLt at threshold 6 against bfloat16 nn.Linear (>= 1.5x faster; bitsandbytes: 0.10x). The 7 weights are
   reused by the 32 layers: 218 MB of int8 (436 MB of bf16), far beyond the 50 MB L2, so every layer reads its
   weight from memory as a real model's would.
+- the small-batch int8 product (int8_scaled_mm at 1 and 16 rows: one pass over the weight) against the weight's
+  read at copy speed and bfloat16 F.linear, in CUDA graphs (no launch overhead), the weights rotating through
+  twice the L2;
 GPU time is CUDA-event time over back-to-back calls; the input has four outlier columns (x 8). Last, where one
 token's call is slow, why: torch.profiler over one Linear8bitLt call per threshold (host time by op, the kernels,
 and the calls that wait for the device).
 Run: python tools/bench/gpu_int8.py
 """
+
+import itertools
 
 import torch
 
@@ -64,6 +69,38 @@ def trace(fn, label: str, rows: int = 8) -> None:
         print(f"  {e.key[:60]:60s} x{e.count:<3d} self {e.self_cpu_time_total:8.1f} us")
 
 
+def small_batches(copy_gbs: float) -> None:
+    """int8_scaled_mm at 1 and 16 rows (bfloat16 out) against the floor and bfloat16 F.linear."""
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    print(f"{'int8_scaled_mm, rows x K by N x K':<36}{'bnb GPU us':>11}{'floor us':>10}{'F.linear us':>13}"
+          f"{'speed-up':>10}")
+    for n, k in ((8192, 8192), (28672, 8192), (8192, 28672)):
+        g = torch.Generator(device="cuda").manual_seed(n + k)
+        copies = -(-2 * l2 // (n * k))
+        weights = [torch.randint(-127, 128, (n, k), device="cuda", dtype=torch.int8, generator=g)
+                   for _ in range(copies)]
+        scales = torch.rand(n, device="cuda") + 0.5
+        dense = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(-(-2 * l2 // (2 * n * k)))]
+        for m in (1, 16):
+            a = torch.randint(-127, 128, (m, k), device="cuda", dtype=torch.int8, generator=g)
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            sa = torch.rand(m, device="cuda") + 0.5
+            turn, turn_dense = itertools.cycle(weights), itertools.cycle(dense)
+            ours = gpu_timing.graph_us(
+                lambda: torch.ops.bnb.int8_scaled_mm(a, next(turn), sa, scales, None, torch.bfloat16), 20)
+            theirs = gpu_timing.graph_us(lambda: torch.nn.functional.linear(x, next(turn_dense)), 20)
+            floor = n * k / copy_gbs / 1e3
+            print(f"{f'{m} x {k} by {n} x {k}':<36}{ours:>11.1f}{floor:>10.1f}{theirs:>13.1f}{theirs / ours:>9.2f}x")
+        del weights, dense
+
+
+def copy_gbs() -> float:
+    """A device-to-device copy's bandwidth (bytes read plus written), GB/s."""
+    src = torch.empty(256 << 20, device="cuda", dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    return 2 * src.numel() / gpu_timing.events_us(lambda: dst.copy_(src), 20) / 1e3
+
+
 def main(argv=None):
     if not torch.cuda.is_available():
         print("no CUDA device: the GPU int8 benchmark is skipped")
@@ -90,6 +127,8 @@ def main(argv=None):
             t16 = gpu_timing.events_us(lambda: dense(x), 50)
             rows.append(f"threshold {threshold:g}: {t:.0f} us, fp16 nn.Linear {t16:.0f} us: {t16 / t:.2f}x")
         print("Linear8bitLt forward 16x8192 by 8192^2: " + "; ".join(rows) + " (goal >= 0.9x)")
+
+        small_batches(copy_gbs())
 
         layer_pairs = linears(LLAMA3_8B_LAYER, 6.0, torch.bfloat16)
         xs = [activations(1, k, torch.bfloat16) for _, k in LLAMA3_8B_LAYER]

@@ -35,11 +35,46 @@ __device__ __forceinline__ signed char code_of(float q) {
   return (signed char)fminf(127.0f, fmaxf(-127.0f, rintf(q)));
 }
 
+// One step of warp_sum_scatter: a lane holding N of the sums keeps N / 2, trading the other half with the lane
+// `off` away (N = 1: both keep their sum of the two).
+template <int P, int N>
+__device__ __forceinline__ void sum_scatter_step(int (&v)[P], int lane, int off, int& first) {
+  if constexpr (N > 1) {
+    constexpr int half = N / 2;
+    const bool upper = (lane & off) != 0;
+#pragma unroll
+    for (int j = 0; j < half; ++j) {
+      const int send = upper ? v[j] : v[j + half];
+      const int keep = upper ? v[j + half] : v[j];
+      v[j] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, off);
+    }
+    if (upper) first += half;
+  } else {
+    v[0] += __shfl_xor_sync(0xFFFFFFFFu, v[0], off);
+  }
+}
+
+// The warp's sums of P int32 values (P a power of two), scattered: after five steps each lane holds P / 32 sums (or
+// one, shared by 32 / P lanes), those of indices first, first + 1, ...; returns first, and v[0 .. max(P / 32, 1))
+// hold them. 62 shuffles for P = 64, where summing each value across the warp takes 320. The steps are templates so
+// that every index into v is a constant (v stays in registers).
+template <int P>
+__device__ __forceinline__ int warp_sum_scatter(int (&v)[P], int lane) {
+  int first = 0;
+  sum_scatter_step<P, P>(v, lane, 16, first);
+  sum_scatter_step<P, (P >> 1 > 1 ? P >> 1 : 1)>(v, lane, 8, first);
+  sum_scatter_step<P, (P >> 2 > 1 ? P >> 2 : 1)>(v, lane, 4, first);
+  sum_scatter_step<P, (P >> 3 > 1 ? P >> 3 : 1)>(v, lane, 2, first);
+  sum_scatter_step<P, (P >> 4 > 1 ? P >> 4 : 1)>(v, lane, 1, first);
+  return first;
+}
+
 }  // namespace i8
 }  // namespace bnb
 
 // Each row: stats[r] = its absmax (outliers left out; the quiet NaN if it holds NaN), codes[r, :] its codes, and
-// outlier_flags[k] = 1 for each column k holding an outlier (threshold > 0; the flags start at 0).
+// outlier_flags[k] = 1 for each column k holding an outlier (threshold > 0; the flags start at 0; null without
+// a threshold, as nothing is flagged then).
 template <class T, int THREADS>
 __global__ void __launch_bounds__(THREADS)
     int8_quantize_rows(const T* __restrict__ x, long long rows, long long K, float threshold,
@@ -120,5 +155,62 @@ __global__ void __launch_bounds__(THREADS)
                         i8::kInv127Squared);
     if (bias != nullptr) v = __fadd_rn(v, Elem<B>::load(bias + c));
     Elem<T>::store(out + i, v);
+  }
+}
+
+// out[m, n] = the int32 product of A's row m and W's row n, dequantized as int8_dequantize_product does (bit for
+// bit: the sum is exact in any order). The small-batch path: M <= R rows of codes A [M, K] against the weight's
+// codes W [N, K], both 16-byte aligned with K a multiple of 16; the weight is read once, with no padded copy and no
+// int32 product in memory. A warp takes C columns: each lane 16 bytes of each row a step (dp4a on four bytes at a
+// time), then the warp sums (warp_sum_scatter) and each result is stored by one lane.
+template <class T, class B, int R, int C, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+    int8_scaled_gemv(const signed char* __restrict__ A, const signed char* __restrict__ W,
+                     const float* __restrict__ row_stats, const float* __restrict__ col_stats,
+                     const B* __restrict__ bias, int M, long long N, long long K, T* __restrict__ out) {
+  using namespace bnb;
+  constexpr int P = R * C;  // sums a warp makes, index m * C + c
+  const int lane = threadIdx.x & 31;
+  const long long n0 = ((long long)blockIdx.x * (THREADS / 32) + threadIdx.x / 32) * C;
+  if (n0 >= N) return;  // the whole warp
+  int acc[P];
+#pragma unroll
+  for (int i = 0; i < P; ++i) acc[i] = 0;
+  // One row: loads of the weight in flight from two steps; more rows: their dot products keep the loads busy.
+#pragma unroll(R == 1 ? 2 : 1)
+  for (long long k = (long long)lane * 16; k < K; k += 32 * 16) {
+    unsigned w[C][4];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      if (n0 + c < N) {
+        ptx::ld_global_nc_no_allocate_v4(W + (n0 + c) * K + k, w[c]);  // read once: kept out of L1
+      } else {
+        w[c][0] = w[c][1] = w[c][2] = w[c][3] = 0u;
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < R; ++m) {
+      if (m < M) {
+        const Vec16 a = *reinterpret_cast<const Vec16*>(A + m * K + k);  // read by every warp: cached
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[m * C + c] = ptx::dp4a_s32(a.w[i], w[c][i], acc[m * C + c]);
+        }
+      }
+    }
+  }
+  const int first = i8::warp_sum_scatter<P>(acc, lane);
+  if (P < 32 && (lane & (32 / P - 1)) != 0) return;  // a copy of another lane's sums
+#pragma unroll
+  for (int j = 0; j < (P < 32 ? 1 : P / 32); ++j) {
+    const int m = (first + j) / C;
+    const long long n = n0 + (first + j) % C;
+    if (m < M && n < N) {
+      float v = __fmul_rn(__fmul_rn(__int2float_rn(acc[j]), __fmul_rn(row_stats[m], col_stats[n])),
+                          i8::kInv127Squared);
+      if (bias != nullptr) v = __fadd_rn(v, Elem<B>::load(bias + n));
+      Elem<T>::store(out + m * N + n, v);
+    }
   }
 }

@@ -71,6 +71,23 @@ __device__ __forceinline__ void st_global_v4(void* p, const unsigned (&w)[4]) {
 #endif
 }
 
+// dp4a.s32.s32: c + the dot product of a's and b's four signed bytes, exact in int32 (wrapping as int32 adds do).
+// sm_61 and later: every target.
+__device__ __forceinline__ int dp4a_s32(unsigned a, unsigned b, int c) {
+#if defined(BNB_CUDA_EMULATION)
+  unsigned sum = static_cast<unsigned>(c);
+  for (int i = 0; i < 4; ++i) {
+    sum += static_cast<unsigned>(static_cast<int>(static_cast<signed char>(a >> (8 * i))) *
+                                 static_cast<int>(static_cast<signed char>(b >> (8 * i))));
+  }
+  return static_cast<int>(sum);
+#else
+  int r;
+  asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+#endif
+}
+
 // prefetch.global.L2: starts bringing the line holding p into L2 without waiting for it. Every target.
 __device__ __forceinline__ void prefetch_global_l2(const void* p) {
 #if defined(BNB_CUDA_EMULATION)

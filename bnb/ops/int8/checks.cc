@@ -68,8 +68,10 @@ at::Tensor CheckedOutlierColumns(const char* op, const c10::optional<at::Tensor>
     const at::Tensor c = cols->contiguous();
     const int64_t* p = c.data_ptr<int64_t>();
     for (int64_t i = 0; i < c.numel(); ++i) inside = inside && p[i] >= 0 && p[i] < K;
-  } else {
-    inside = cols->numel() == 0 || (cols->min().item<int64_t>() >= 0 && cols->max().item<int64_t>() < K);
+  } else if (cols->numel() > 0) {
+    const at::Tensor bounds = at::stack({cols->min(), cols->max()}).cpu();  // one wait for the device, not two
+    const int64_t* b = bounds.data_ptr<int64_t>();
+    inside = b[0] >= 0 && b[1] < K;
   }
   TORCH_CHECK(inside, "bnb::", op, ": outlier_cols holds an index outside [0, ", K, ")");
   return *cols;

@@ -3,6 +3,7 @@
 #include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "bnb/jit/int8.h"
 #include "bnb/jit/kernel_cache.h"
@@ -22,12 +23,15 @@ struct Cuda {
     const at::Tensor x = A.contiguous();
     const int64_t K = A.size(-1);
     const float t = static_cast<float>(threshold);
-    at::Tensor flags = at::zeros({K}, A.options().dtype(at::kByte));
+    // The kernel flags outliers only under a threshold: without one, no flags (nor their zeroing launch).
+    const bool outliers = t > 0.0f;
+    at::Tensor flags = outliers ? at::zeros({K}, A.options().dtype(at::kByte)) : at::Tensor();
     ThrowIfLaunchFailed(op, jit::LaunchInt8QuantizeRows(jit::KernelCache::Global(), A.get_device(), dtype,
                                                         x.data_ptr(), stats.numel(), K, t, codes.data_ptr<int8_t>(),
-                                                        stats.data_ptr<float>(), flags.data_ptr<uint8_t>(),
+                                                        stats.data_ptr<float>(),
+                                                        outliers ? flags.data_ptr<uint8_t>() : nullptr,
                                                         CurrentCudaStream(A), CudaThreadsPerBlock(op)));
-    if (!(t > 0.0f)) return c10::nullopt;
+    if (!outliers) return c10::nullopt;
     const at::Tensor cols = flags.nonzero().view({-1});  // ascending
     Rows(codes).index_fill_(1, cols, 0);                  // every code of an outlier column is 0
     return cols;
@@ -66,23 +70,48 @@ struct Cuda {
     // at::_int_mm's rules on CUDA: more than 16 rows, K and N multiples of 8. Other shapes are padded with zero
     // rows and columns, which add nothing to the exact int32 sums: a decode step's single row takes one cuBLASLt
     // product of 17 rows that reads the weight once (a float64 product, as before, converted the whole weight on
-    // every call).
+    // every call). cuBLASLt also wants 16-byte aligned operands: a view that starts mid-vector goes the same way.
     const int64_t Mp = std::max<int64_t>(M, 17), Kp = (K + 7) / 8 * 8, Np = (N + 7) / 8 * 8;
-    if (Mp == M && Kp == K && Np == N) {
-      at::_int_mm_out(out, A.contiguous(), B.t());
+    const at::Tensor a0 = A.contiguous();
+    const auto is_aligned = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
+    const bool aligned = is_aligned(a0) && is_aligned(B) && is_aligned(out);
+    if (Mp == M && Kp == K && Np == N && aligned) {
+      at::_int_mm_out(out, a0, B.t());
       return;
     }
     at::Tensor a = A, b = B;
-    if (Mp != M || Kp != K) {
+    if (Mp != M || Kp != K || !aligned) {
       a = at::zeros({Mp, Kp}, A.options());
       a.narrow(0, 0, M).narrow(1, 0, K).copy_(A);
     }
-    if (Kp != K || Np != N) {
+    if (Kp != K || Np != N || !aligned) {
       b = at::zeros({Np, Kp}, B.options());
       b.narrow(0, 0, N).narrow(1, 0, K).copy_(B);
     }
     const at::Tensor full = at::_int_mm(a.contiguous(), b.t());
     out.copy_(full.narrow(0, 0, M).narrow(1, 0, N));
+  }
+
+  // A few rows (a decode step, a small batch): one pass over B's codes that multiplies and dequantizes
+  // (kernels/int8.cuh int8_scaled_gemv) instead of a padded cuBLASLt product, its int32 result and the epilogue.
+  static bool ScaledMatmul(const char* op, const at::Tensor& A, const at::Tensor& B, const at::Tensor& row_stats,
+                           const at::Tensor& col_stats, const c10::optional<at::Tensor>& bias, at::Tensor& out) {
+    const int64_t M = A.size(0), K = A.size(1), N = B.size(0);
+    if (!A.is_contiguous() || !B.is_contiguous() ||
+        !jit::Int8ScaledGemvFits(M, K, A.data_ptr<int8_t>(), B.data_ptr<int8_t>())) {
+      return false;
+    }
+    const c10::DeviceGuard guard(A.device());
+    const core::DType out_type = FloatDType(op, "dtype", out.scalar_type());
+    const at::Tensor rs = row_stats.contiguous(), cs = col_stats.contiguous();
+    const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
+    const core::DType bias_type = b.defined() ? FloatDType(op, "bias", b.scalar_type()) : core::DType::kFloat32;
+    ThrowIfLaunchFailed(op, jit::LaunchInt8ScaledGemv(jit::KernelCache::Global(), A.get_device(),
+                                                      A.data_ptr<int8_t>(), B.data_ptr<int8_t>(), rs.data_ptr<float>(),
+                                                      cs.data_ptr<float>(), bias_type,
+                                                      b.defined() ? b.data_ptr() : nullptr, M, N, K, out_type,
+                                                      out.data_ptr(), CurrentCudaStream(A), CudaThreadsPerBlock(op)));
+    return true;
   }
 
   static void DequantizeProduct(const char* op, const at::Tensor& A, const at::Tensor& row_stats,
