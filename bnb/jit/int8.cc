@@ -18,6 +18,7 @@ constexpr const char* kQuantizeRows = "int8_quantize_rows";
 constexpr const char* kColumnAbsmax = "int8_column_absmax";
 constexpr const char* kQuantizeColumns = "int8_quantize_columns";
 constexpr const char* kDequantizeRows = "int8_dequantize_rows";
+constexpr const char* kDequantizeColumns = "int8_dequantize_columns";
 constexpr const char* kDequantizeProduct = "int8_dequantize_product";
 constexpr const char* kScaledGemv = "int8_scaled_gemv";
 constexpr int kGemvRows[] = {1, 4, 16};  // the row counts compiled: a decode step's 1, small batches 4 and 16
@@ -44,7 +45,7 @@ absl::StatusOr<KernelSpec> Int8Spec(const std::string& entry, core::DType dtype,
   s.template_name = "int8";
   s.entry = entry;
   s.arch = arch;
-  if (entry == kQuantizeRows || entry == kColumnAbsmax || entry == kQuantizeColumns) {
+  if (entry == kQuantizeRows || entry == kColumnAbsmax || entry == kQuantizeColumns || entry == kDequantizeColumns) {
     s.template_args = {{"T", CudaTypeName(dtype)}, {"THREADS", absl::StrCat(threads)}};
   } else if (entry == kDequantizeRows) {
     s.template_args = {{"THREADS", absl::StrCat(threads)}};
@@ -69,7 +70,7 @@ std::vector<KernelSpec> AllInt8Specs(const std::string& arch, int threads) {
   std::vector<KernelSpec> out = {*Int8Spec(kDequantizeRows, core::DType::kFloat32, core::DType::kFloat32, threads,
                                            arch)};
   for (core::DType t : kTypes) {
-    for (const char* entry : {kQuantizeRows, kColumnAbsmax, kQuantizeColumns}) {
+    for (const char* entry : {kQuantizeRows, kColumnAbsmax, kQuantizeColumns, kDequantizeColumns}) {
       out.push_back(*Int8Spec(entry, t, t, threads, arch));
     }
     for (core::DType b : kTypes) {
@@ -129,6 +130,19 @@ absl::Status LaunchInt8DequantizeRows(KernelCache& cache, int device, const int8
   if (!k.ok()) return k.status();
   return Launch(*k, ElementGrid(n, t), Dim3{static_cast<unsigned>(t)}, 0, stream, codes, stats,
                 static_cast<long long>(n), static_cast<long long>(K), out);
+}
+
+absl::Status LaunchInt8DequantizeColumns(KernelCache& cache, int device, core::DType dtype, const int8_t* codes,
+                                         int64_t rows, int64_t K, const float* stats, const int64_t* cols,
+                                         int64_t n_cols, void* out, void* stream, int threads) {
+  const int64_t n = rows * n_cols;
+  if (n == 0) return absl::OkStatus();
+  const int t = ThreadsPerBlock(threads);
+  absl::StatusOr<LoadedKernel> k = Get(cache, device, kDequantizeColumns, dtype, dtype, threads);
+  if (!k.ok()) return k.status();
+  return Launch(*k, ElementGrid(n, t), Dim3{static_cast<unsigned>(t)}, 0, stream, codes, static_cast<long long>(K),
+                stats, reinterpret_cast<const long long*>(cols), static_cast<long long>(n_cols),
+                static_cast<long long>(n), out);
 }
 
 absl::Status LaunchInt8DequantizeProduct(KernelCache& cache, int device, const int32_t* A, const float* row_stats,

@@ -34,6 +34,11 @@ absl::Status LaunchInt8QuantizeColumns(KernelCache& cache, int device, core::DTy
                                        int threads = 0);
 absl::Status LaunchInt8DequantizeRows(KernelCache& cache, int device, const int8_t* codes, const float* stats,
                                       int64_t rows, int64_t K, float* out, void* stream, int threads = 0);
+// out [rows, n_cols] (dtype) = the columns `cols` (device int64, each in [0, K)) of codes [rows, K], dequantized
+// by their row's stats.
+absl::Status LaunchInt8DequantizeColumns(KernelCache& cache, int device, core::DType dtype, const int8_t* codes,
+                                         int64_t rows, int64_t K, const float* stats, const int64_t* cols,
+                                         int64_t n_cols, void* out, void* stream, int threads = 0);
 // out (dtype) from the int32 product A ([rows, N]); bias (bias_dtype, N values) may be null.
 absl::Status LaunchInt8DequantizeProduct(KernelCache& cache, int device, const int32_t* A, const float* row_stats,
                                          const float* col_stats, core::DType bias_dtype, const void* bias,

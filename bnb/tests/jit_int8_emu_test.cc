@@ -1,8 +1,8 @@
 // The CUDA LLM.int8() passes (kernels/int8.cuh) run on the CPU by cuda_emu.h, against bnb/core's passes bit for
 // bit, no GPU needed: row quantization with its outlier flags, column absmax over a 2-D grid of row chunks and the
-// column codes, row dequantization, the product's epilogue with and without a bias, and the small-batch product
-// that multiplies and dequantizes in one pass; float32, float16 and bfloat16; thresholds 0 and 6; rows that are all
-// zero, all outliers, hold NaN or +-inf; K off the thread count.
+// column codes, row dequantization, a gather of dequantized columns, the product's epilogue with and without a bias,
+// and the small-batch product that multiplies and dequantizes in one pass; float32, float16 and bfloat16;
+// thresholds 0 and 6; rows that are all zero, all outliers, hold NaN or +-inf; K off the thread count.
 #include "bnb/tests/cuda_emu.h"
 // The kernels as host C++ (after the emulator, which defines what they need).
 #include "bnb/jit/int8_host.h"
@@ -177,6 +177,35 @@ void CheckGemv(int M, int64_t N, int64_t K, bool with_bias) {
               with_bias ? As<const B>(dbias) : nullptr, M, static_cast<long long>(N), static_cast<long long>(K),
               As<T>(out));
   EXPECT_TRUE(Same(out, out_cpu)) << "gemv product";
+}
+
+// int8_dequantize_columns against bnb/core's gather: columns in any order and repeated, the first and last, a row
+// scale of inf.
+template <class T>
+void CheckColumns(int64_t rows, int64_t K, std::vector<int64_t> cols) {
+  constexpr DType dtype = DTypeOf<T>();
+  SCOPED_TRACE(absl::StrCat("columns ", core::DTypeName(dtype), " ", rows, "x", K, ", ", cols.size(), " columns"));
+  std::mt19937 rng(static_cast<unsigned>(rows + K));
+  std::vector<int8_t> codes(rows * K);
+  for (int8_t& c : codes) c = static_cast<int8_t>(static_cast<int>(rng() % 256) - 128);
+  std::vector<float> stats(rows);
+  for (float& v : stats) v = static_cast<float>(rng() % 1000) / 7.0f;
+  stats[1] = INFINITY;
+  const int64_t n = static_cast<int64_t>(cols.size());
+  std::vector<unsigned char> out_cpu(rows * n * core::DTypeSize(dtype));
+  core::Int8DequantizeColumns(codes.data(), K, stats.data(), cols.data(), n, 0, rows, dtype, out_cpu.data());
+  const Dev dcodes = OnDevice(codes), dstats = OnDevice(stats), dcols = OnDevice(cols);
+  const Dev out = OnDevice(std::vector<unsigned char>(out_cpu.size(), 0xAB));
+  emu::Launch(2u, 64, int8_dequantize_columns<T, 64>, As<const signed char>(dcodes), static_cast<long long>(K),
+              As<const float>(dstats), As<const long long>(dcols), static_cast<long long>(n),
+              static_cast<long long>(rows * n), As<T>(out));
+  EXPECT_TRUE(Same(out, out_cpu)) << "dequantized columns";
+}
+
+TEST(Int8Emulated, ColumnsEqualTheCpu) {
+  CheckColumns<float>(70, 33, {0, 32, 5});
+  CheckColumns<half>(9, 100, {99, 3, 3, 40});
+  CheckColumns<bf16>(300, 64, {7});
 }
 
 TEST(Int8Emulated, GemvEqualsTheProductAndItsEpilogue) {

@@ -335,8 +335,16 @@ TEST_F(FakeDeviceTest, Int8Passes) {
                    .ok());
   EXPECT_FALSE(Int8ScaledGemvFits(1, 4104, Fake<const int8_t>(0xE00), Fake<const int8_t>(0xF00)));
   EXPECT_FALSE(Int8ScaledGemvFits(1, 4096, Fake<const int8_t>(0xE01), Fake<const int8_t>(0xF00)));
+  ASSERT_TRUE(LaunchInt8DequantizeColumns(cache_, 0, DType::kBFloat16, Fake<const int8_t>(0xF00), 1000, 4096,
+                                          Fake<const float>(0xC00), Fake<const int64_t>(0x1000), 3, Fake<void>(0xD00),
+                                          stream)
+                  .ok());
   const std::vector<FakeRuntime::Launched> l = runtime_.launches();
-  ASSERT_EQ(l.size(), 6u);
+  ASSERT_EQ(l.size(), 7u);
+  ExpectArgumentsFitTheKernel(l[6], "int8", "int8_dequantize_columns");
+  EXPECT_EQ(l[6].Arg<long long>(1), 4096);
+  EXPECT_EQ(l[6].Arg<long long>(4), 3);
+  EXPECT_EQ(l[6].Arg<long long>(5), 3000);
   ExpectArgumentsFitTheKernel(l[5], "int8", "int8_scaled_gemv");
   // 5 rows take the 16-row kernel, 4 columns a warp: 1000 columns in 32 CTAs of 8 warps.
   EXPECT_NE(l[5].image.find("int8_scaled_gemv<T=bnb::half, B=float, R=16, C=4, THREADS=256>"), std::string::npos)

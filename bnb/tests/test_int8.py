@@ -207,6 +207,32 @@ def test_bad_input_gives_a_clear_error(call, message):
         call()
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("mode", ["grad", "no_grad", "inference"])
+def test_quantized_columns_are_read_again_once_changed(device, mode):
+    # int8_mixed_scaled_mm reads the outlier columns' bounds unless they are the ones this thread's quantize just
+    # returned, unchanged (a GPU would wait for the device at every layer): columns changed in place since, or from a
+    # quantize over a longer K, or an inference tensor (which keeps no version), are still read.
+    x = torch.zeros(2, 8, device=device)
+    x[0, 6] = 50.0
+    CB = torch.ones(3, 8, dtype=torch.int8, device=device)
+    SCB = torch.full((3,), 127.0, device=device)  # the weight's values are 1
+    context = {"grad": torch.enable_grad, "no_grad": torch.no_grad, "inference": torch.inference_mode}[mode]
+    with context():
+        CA, SCA, cols = ops.int8_vectorwise_quant(x, 6.0)
+        assert cols.tolist() == [6]
+        out, _ = ops.int8_mixed_scaled_mm(x, CA, CB, SCA, SCB, cols, None)
+        assert out.cpu().tolist() == [[50.0] * 3, [0.0] * 3]  # the outlier column alone, exactly
+        cols[0] = 8  # past the last column
+        with pytest.raises(RuntimeError, match=re.escape("outlier_cols holds an index outside [0, 8)")):
+            ops.int8_mixed_scaled_mm(x, CA, CB, SCA, SCB, cols, None)
+        wide = torch.zeros(1, 16, device=device)
+        wide[0, 12] = 50.0
+        cols = ops.int8_vectorwise_quant(wide, 6.0)[2]  # 12: inside the quantized K, outside this product's
+        with pytest.raises(RuntimeError, match=re.escape("outlier_cols holds an index outside [0, 8)")):
+            ops.int8_mixed_scaled_mm(x, CA, CB, SCA, SCB, cols, None)
+
+
 def test_compiled_quantize_and_product_equal_eager():
     A = data((16, 256), torch.float16, seed=5)
     CB, SCB, _ = ops.int8_vectorwise_quant(data((64, 256), torch.float16, seed=6))

@@ -141,6 +141,20 @@ __global__ void __launch_bounds__(THREADS)
   }
 }
 
+// out[r, j] = (codes[r, cols[j]] * stats[r]) * (1/127), rounded once to T: a weight's outlier columns for
+// int8_mixed_scaled_mm, gathered and dequantized in one pass (cols checked by the host, each in [0, K)).
+template <class T, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+    int8_dequantize_columns(const signed char* __restrict__ codes, long long K, const float* __restrict__ stats,
+                            const long long* __restrict__ cols, long long n_cols, long long n, T* __restrict__ out) {
+  using namespace bnb;
+  for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < n; i += (long long)gridDim.x * THREADS) {
+    const long long r = i / n_cols;
+    const float v = __fmul_rn(__fmul_rn((float)codes[r * K + cols[i % n_cols]], stats[r]), i8::kInv127);
+    Elem<T>::store(out + i, v);
+  }
+}
+
 // out[r, c] = (float(A[r, c]) * (row_stats[r] * col_stats[c])) * (1/127^2) (+ bias[c] when bias is not null),
 // rounded once to T.
 template <class T, class B, int THREADS>

@@ -1,6 +1,8 @@
 // The LLM.int8() ops' argument checks (ops.h).
 #include "bnb/ops/int8/ops.h"
 
+#include <optional>
+
 namespace bnb::ops::int8 {
 
 std::pair<int64_t, int64_t> CheckQuantizeInput(const char* op, const at::Tensor& A, double threshold) {
@@ -55,6 +57,35 @@ void CheckDequantizeRows(const char* op, const at::Tensor& A, const at::Tensor& 
   CheckSameDevice(op, "stats", stats, A);
 }
 
+namespace {
+
+// The outlier columns this thread's quantize returned last (they lie in [0, bound)), as long as that tensor lives,
+// and its version then. Inference tensors keep no version (they may change in place unseen): none is recorded.
+struct QuantizedColumns {
+  std::optional<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> tensor;
+  int64_t version = 0;
+  int64_t bound = 0;
+};
+thread_local QuantizedColumns last_quantized;
+
+// Whether cols is still the tensor the last quantize returned, unchanged, with indices below K.
+bool FromQuantize(const at::Tensor& cols, int64_t K) {
+  const QuantizedColumns& q = last_quantized;
+  return q.tensor.has_value() && q.bound <= K && !cols.is_inference() &&
+         q.tensor->lock().get() == cols.unsafeGetTensorImpl() && cols._version() == q.version;
+}
+
+}  // namespace
+
+void RecordQuantizedColumns(const at::Tensor& cols, int64_t K) {
+  if (cols.is_inference()) {
+    last_quantized = {};
+    return;
+  }
+  last_quantized = {c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(cols.getIntrusivePtr()),
+                    cols._version(), K};
+}
+
 at::Tensor CheckedOutlierColumns(const char* op, const c10::optional<at::Tensor>& cols, const at::Tensor& A) {
   if (!cols.has_value()) return at::empty({0}, A.options().dtype(at::kLong));
   CheckDType(op, "outlier_cols", *cols, at::kLong);
@@ -62,7 +93,10 @@ at::Tensor CheckedOutlierColumns(const char* op, const c10::optional<at::Tensor>
               cols->sizes());
   const int64_t K = A.size(-1);
   // Read here: index_select on a GPU would fail in a device-side assert, which ends the process. On the CPU a loop
-  // (two reductions and their reads cost ~20 us a call, a tenth of a batch-1 layer).
+  // (two reductions and their reads cost ~20 us a call, a tenth of a batch-1 layer). On a GPU the read waits for
+  // the device, which Linear8bitLt's forward would do at every call: the columns its quantize just returned (this
+  // thread's last, unchanged since) are known to lie inside.
+  if (FromQuantize(*cols, K)) return *cols;
   bool inside = true;
   if (cols->is_cpu()) {
     const at::Tensor c = cols->contiguous();

@@ -114,6 +114,21 @@ struct Cuda {
     return true;
   }
 
+  // The outlier columns of the weight in one launch (where index_select, a float32 pass and a conversion took three).
+  static at::Tensor DequantizeColumns(const char* op, const at::Tensor& codes, const at::Tensor& stats,
+                                      const at::Tensor& cols, c10::ScalarType dtype) {
+    const c10::DeviceGuard guard(codes.device());
+    const core::DType out_type = FloatDType(op, "dtype", dtype);
+    const at::Tensor c = codes.contiguous(), s = stats.contiguous(), idx = cols.contiguous();
+    at::Tensor out = at::empty({c.size(0), idx.numel()}, codes.options().dtype(dtype));
+    ThrowIfLaunchFailed(op, jit::LaunchInt8DequantizeColumns(jit::KernelCache::Global(), codes.get_device(), out_type,
+                                                             c.data_ptr<int8_t>(), c.size(0), c.size(1),
+                                                             s.data_ptr<float>(), idx.data_ptr<int64_t>(), idx.numel(),
+                                                             out.data_ptr(), CurrentCudaStream(codes),
+                                                             CudaThreadsPerBlock(op)));
+    return out;
+  }
+
   static void DequantizeProduct(const char* op, const at::Tensor& A, const at::Tensor& row_stats,
                                 const at::Tensor& col_stats, const c10::optional<at::Tensor>& bias,
                                 at::Tensor& out) {

@@ -64,9 +64,12 @@ c10::ScalarType CheckDequantizeProduct(const char* op, const at::Tensor& like, c
 // int8_vectorwise_dequant's checks: A int8, at least 1-D; stats one float32 per row.
 void CheckDequantizeRows(const char* op, const at::Tensor& A, const at::Tensor& stats);
 
-// The outlier columns of int8_mixed_scaled_mm, checked (int64, a vector, indices in [0, K): this reads them); an
-// empty vector for none.
+// The outlier columns of int8_mixed_scaled_mm, checked (int64, a vector, indices in [0, K): this reads them, unless
+// they are the ones RecordQuantizedColumns saw last on this thread, unchanged since); an empty vector for none.
 at::Tensor CheckedOutlierColumns(const char* op, const c10::optional<at::Tensor>& cols, const at::Tensor& A);
+
+// Notes the outlier columns a quantize op returns, all in [0, K) (see CheckedOutlierColumns).
+void RecordQuantizedColumns(const at::Tensor& cols, int64_t K);
 
 // A tensor's rows, the product of its leading dimensions (its last may be 0), and the tensor as [rows, last].
 inline c10::SymInt SymRows(const at::Tensor& t) {
@@ -96,6 +99,7 @@ struct Ops {
     at::Tensor codes = EmptyOutput(A.sizes(), A.options().dtype(at::kChar));
     at::Tensor stats = at::empty({rows}, A.options().dtype(at::kFloat));
     c10::optional<at::Tensor> cols = Backend::QuantizeRows(op, A, threshold, codes, stats);
+    if (cols.has_value()) RecordQuantizedColumns(*cols, K);
     return {codes, stats, cols};
   }
 
@@ -117,6 +121,7 @@ struct Ops {
     at::Tensor col_stats = at::empty({K}, A.options().dtype(at::kFloat));
     c10::optional<at::Tensor> cols = Backend::QuantizeRows(op, A, threshold, row_codes, row_stats);
     Backend::QuantizeColumns(op, A, threshold, col_codes, col_stats);
+    if (cols.has_value()) RecordQuantizedColumns(*cols, K);
     return {row_codes, col_codes, row_stats, col_stats, cols};
   }
 
