@@ -1,5 +1,6 @@
 // The LLM.int8() ops on CUDA: bnb/jit's NVRTC templates (kernels/int8.cuh) for the quantize, dequantize and epilogue
-// passes, on torch's current stream; the int8 product by at::_int_mm (cuBLASLt), other shapes padded to its rules.
+// passes, on torch's current stream; the int8 product by at::_int_mm (cuBLASLt), other shapes padded to its rules,
+// except up to 16 rows with a dequantized result (int8_scaled_mm), which take one pass of kernels/int8.cuh.
 #include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
