@@ -323,11 +323,11 @@ def int8(s: Smoke) -> None:
                     d = max(d, same_bits(gt, wt, f"{op} output {i}"))
         return d
 
-    def product(dtype):
+    def product(dtype, rows=40):
         g = torch.Generator().manual_seed(2)
-        A = torch.randint(-127, 128, (40, 4096), generator=g, dtype=torch.int8)
+        A = torch.randint(-127, 128, (rows, 4096), generator=g, dtype=torch.int8)
         B = torch.randint(-127, 128, (72, 4096), generator=g, dtype=torch.int8)
-        rs, cs = torch.rand(40, generator=g) * 5, torch.rand(72, generator=g) * 5
+        rs, cs = torch.rand(rows, generator=g) * 5, torch.rand(72, generator=g) * 5
         bias = torch.randn(72, generator=g).to(dtype)
         with s.ref():
             C = ops.int8_linear_matmul(A, B)
@@ -338,9 +338,9 @@ def int8(s: Smoke) -> None:
         s.sync()
         return max(same_bits(gt, wt, w) for gt, wt, w in zip(got, want, ("matmul", "mm_dequant", "scaled_mm")))
 
-    def mixed(dtype):
+    def mixed(dtype, shape=(3, 6, 128)):
         g = torch.Generator().manual_seed(3)
-        A = (torch.randn(3, 6, 128, generator=g) * 3).to(dtype)
+        A = (torch.randn(*shape, generator=g) * 3).to(dtype)
         W = (torch.randn(96, 128, generator=g) * 3).to(dtype)
         bias = torch.randn(96, generator=g).to(dtype)
         with s.ref():
@@ -364,7 +364,11 @@ def int8(s: Smoke) -> None:
         s.case(f"int8 quantize/dequantize {str(dtype)[6:]} threshold 0 and 6",
                lambda dtype=dtype: max(quant(dtype, 0.0), quant(dtype, 6.0)))
     s.case("int8 matmul, mm_dequant, scaled_mm (bf16, bias)", lambda: product(torch.bfloat16))
+    # Up to 16 rows: scaled_mm's one pass (int8_scaled_gemv), the outlier columns by int8_dequantize_columns.
+    s.case("int8 matmul, mm_dequant, scaled_mm, 1 and 16 rows (fp16, bias)",
+           lambda: max(product(torch.float16, 1), product(torch.float16, 16)))
     s.case("int8 mixed_scaled_mm (fp16, outliers)", lambda: mixed(torch.float16))
+    s.case("int8 mixed_scaled_mm, one token (bf16, outliers)", lambda: mixed(torch.bfloat16, (1, 128)))
 
 
 def optim(s: Smoke) -> None:
