@@ -140,6 +140,22 @@ def test_mixed_product_equals_the_definition(device, dtype, threshold):
     assert got[0].shape == (3, 6, 96) and got[1].shape == (18, 0 if cols is None else cols.numel())
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("N", [1000, 4096])
+def test_one_token_mixed_product_equals_the_definition(device, N):
+    # A decode step's shape: the CPU multiplies and gathers the weight's outlier columns 64 rows at a time per task
+    # (both threads' tasks, a partial last chunk at N = 1000); CUDA takes its one-pass product.
+    x = data((1, 4096), torch.bfloat16, seed=7)
+    x[0, [10, 400, 2000, 4095]] = torch.tensor([50.0, -40.0, 30.0, 20.0], dtype=torch.bfloat16)
+    W = data((N, 4096), torch.bfloat16, seed=8)
+    CB, SCB, _ = ops.int8_vectorwise_quant(W.to(device), 0.0)
+    CA, SCA, cols = ops.int8_vectorwise_quant(x.to(device), 6.0)
+    assert cols.numel() >= 4
+    bias = torch.randn(N, generator=torch.Generator().manual_seed(N)).to(device, torch.bfloat16)
+    got = ops.int8_mixed_scaled_mm(x.to(device), CA, CB, SCA, SCB, cols, bias)
+    assert_same(got, ref.int8_mixed_scaled_mm(x.to(device), CA, CB, SCA, SCB, cols, bias))
+
+
 def test_codes_by_hand():
     A = torch.tensor([[127.0, 2.5, -3.5, 0.5], [1.0, -2.0, 8.0, 0.0]])
     codes, stats, cols = ops.int8_vectorwise_quant(A, 6.0)
