@@ -143,8 +143,8 @@ def test_mixed_product_equals_the_definition(device, dtype, threshold):
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("N", [1000, 4096])
 def test_one_token_mixed_product_equals_the_definition(device, N):
-    # A decode step's shape: the CPU multiplies and gathers the weight's outlier columns 64 rows at a time per task
-    # (both threads' tasks, a partial last chunk at N = 1000); CUDA takes its one-pass product.
+    # A decode step's shape: the product split over tasks (N = 1000: off the 16-column task grain), the outlier
+    # columns gathered from a large weight; CUDA takes its one-pass product and its column kernel.
     x = data((1, 4096), torch.bfloat16, seed=7)
     x[0, [10, 400, 2000, 4095]] = torch.tensor([50.0, -40.0, 30.0, 20.0], dtype=torch.bfloat16)
     W = data((N, 4096), torch.bfloat16, seed=8)
