@@ -2,10 +2,11 @@
 // bnb/python/bnb/reference/int8.py). Every float operation that a rule rounds is an explicit round-to-nearest
 // intrinsic, so the compiler can neither fuse nor reorder it.
 //
-// Template arguments: T = float, bnb::half or bnb::bf16 (the input, or the output of int8_dequantize_product);
-// B = the bias's element type there; THREADS = threads per CTA (power of two in [32, 1024]). Row passes take a row
-// per CTA, striding over rows; the others are element- or column-wise, striding over their range. Host side:
-// bnb/jit/int8.h.
+// Template arguments: T = float, bnb::half or bnb::bf16 (the input, or the output of int8_dequantize_product,
+// int8_dequantize_columns and int8_scaled_gemv); B = the bias's element type there; R, C = int8_scaled_gemv's rows
+// at most and columns a warp; THREADS = threads per CTA (power of two in [32, 1024]). Row passes take a row per CTA,
+// striding over rows; the others are element- or column-wise, striding over their range, but int8_scaled_gemv,
+// whose grid covers the columns once. Host side: bnb/jit/int8.h.
 #pragma once
 
 #include "bnb_common.cuh"
@@ -33,6 +34,16 @@ __device__ __forceinline__ bool usable(float absmax) {
 // round-half-even(q), clamped to [-127, 127].
 __device__ __forceinline__ signed char code_of(float q) {
   return (signed char)fminf(127.0f, fmaxf(-127.0f, rintf(q)));
+}
+
+// The product's epilogue: (float(a) * (row_stat * col_stat)) * (1/127^2), plus the bias where there is one (bias
+// null: none), each operation rounded once.
+template <class B>
+__device__ __forceinline__ float dequantized_product(int a, float row_stat, float col_stat, const B* bias,
+                                                     long long c) {
+  float v = __fmul_rn(__fmul_rn(__int2float_rn(a), __fmul_rn(row_stat, col_stat)), kInv127Squared);
+  if (bias != nullptr) v = __fadd_rn(v, Elem<B>::load(bias + c));
+  return v;
 }
 
 // One step of warp_sum_scatter: a lane holding N of the sums keeps N / 2, trading the other half with the lane
@@ -165,10 +176,7 @@ __global__ void __launch_bounds__(THREADS)
   using namespace bnb;
   for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < n; i += (long long)gridDim.x * THREADS) {
     const long long c = i % N;
-    float v = __fmul_rn(__fmul_rn(__int2float_rn(A[i]), __fmul_rn(row_stats[i / N], col_stats[c])),
-                        i8::kInv127Squared);
-    if (bias != nullptr) v = __fadd_rn(v, Elem<B>::load(bias + c));
-    Elem<T>::store(out + i, v);
+    Elem<T>::store(out + i, i8::dequantized_product(A[i], row_stats[i / N], col_stats[c], bias, c));
   }
 }
 
@@ -221,10 +229,7 @@ __global__ void __launch_bounds__(THREADS)
     const int m = (first + j) / C;
     const long long n = n0 + (first + j) % C;
     if (m < M && n < N) {
-      float v = __fmul_rn(__fmul_rn(__int2float_rn(acc[j]), __fmul_rn(row_stats[m], col_stats[n])),
-                          i8::kInv127Squared);
-      if (bias != nullptr) v = __fadd_rn(v, Elem<B>::load(bias + n));
-      Elem<T>::store(out + m * N + n, v);
+      Elem<T>::store(out + m * N + n, i8::dequantized_product(acc[j], row_stats[m], col_stats[n], bias, n));
     }
   }
 }
