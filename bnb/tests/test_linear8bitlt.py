@@ -124,6 +124,32 @@ def test_a_module_never_moved_is_quantized_at_its_first_call():
 
 # bitsandbytes' test_linear_no_igemmlt: Linear(1024, 3072) against the float16 dense layer, threshold 6.0; at most
 # 2.5e-4 of the outputs off by more than 0.02, none by more than 0.03, and the input's gradient within 0.01.
+@pytest.mark.parametrize("threshold", [0.0, 6.0])
+def test_a_parametrized_weight_and_bias_are_used(threshold):
+    # forward reads the parameters from the module's dict; torch.nn.utils.parametrize moves them out of it and makes
+    # them properties, which forward must still call (a scaled bias here shows that it does).
+    from torch.nn.utils import parametrize
+
+    class Twice(torch.nn.Module):
+        def forward(self, t):
+            return t * 2
+
+    torch.manual_seed(0)
+    layer = Linear8bitLt(64, 32, has_fp16_weights=False, threshold=threshold).to("cpu")
+    x = torch.randn(3, 64)
+    x[:, 5] = 9.0
+    with torch.no_grad():
+        layer.bias.mul_(2)  # exact: the output with the bias the parametrization will give
+        want = layer(x)
+        layer.bias.div_(2)
+    parametrize.register_parametrization(layer, "bias", Twice())
+    assert "bias" not in layer._parameters
+    assert_same_bits(layer(x), want)
+    parametrize.register_parametrization(layer, "weight", torch.nn.Identity())
+    assert "weight" not in layer._parameters
+    assert_same_bits(layer(x), want)
+
+
 def test_large_layer_meets_bitsandbytes_bounds():
     torch.manual_seed(1)
     linear = torch.nn.Linear(1024, 3072)

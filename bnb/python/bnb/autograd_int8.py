@@ -283,8 +283,9 @@ def matmul(A: torch.Tensor, B: torch.Tensor, out: Optional[torch.Tensor] = None,
         result = _empty_product(A, B, bias, state)
     elif torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (A, B, bias)):
         result = MatMul8bitLt.apply(A, B, None, bias, state)
-    else:  # no autograd node: torch.compile sees the ops alone
-        _, CB, SCB = _checked_codes(A, B, bias, state)
+    else:  # no autograd node: torch.compile sees the ops alone (A checked above)
+        CB, SCB = _weight_codes(B, state)
+        _check_shapes(A, CB.shape, bias)
         result = _forward(A, CB, SCB, bias, state, False)[0]
     if out is not None:
         if out.shape != result.shape or out.dtype != result.dtype:  # copy_ would broadcast or convert silently
