@@ -24,7 +24,7 @@ absl::StatusOr<KernelSpec> Int8Spec(const std::string& entry, core::DType dtype,
 std::vector<KernelSpec> AllInt8Specs(const std::string& arch, int threads = 0);
 
 // stats, codes and outlier flags of x's rows ([rows, K] of dtype); flags: K bytes, 0 on entry (null for threshold
-// <= 0).
+// <= 0). One row: the flags need not start at 0, and the codes come with the outlier columns zeroed.
 absl::Status LaunchInt8QuantizeRows(KernelCache& cache, int device, core::DType dtype, const void* x, int64_t rows,
                                     int64_t K, float threshold, int8_t* codes, float* stats, uint8_t* outlier_flags,
                                     void* stream, int threads = 0);

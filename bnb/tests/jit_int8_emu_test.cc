@@ -111,6 +111,37 @@ void CheckQuantize(int64_t rows, int64_t K, float threshold) {
   EXPECT_TRUE(Same(back, back_cpu)) << "dequantized rows";
 }
 
+// One row under a threshold: every flag written (the buffer starts as garbage), and the codes with the outlier
+// columns already zeroed, as the op's index_fill_ would leave them on more rows.
+template <class T>
+void CheckQuantizeOneRow(int64_t K) {
+  constexpr DType dtype = DTypeOf<T>();
+  SCOPED_TRACE(absl::StrCat("one row ", core::DTypeName(dtype), " K ", K));
+  std::vector<unsigned char> x(K * core::DTypeSize(dtype));
+  std::mt19937 rng(static_cast<unsigned>(K));
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (int64_t k = 0; k < K; ++k) core::StoreFromFloat(dtype, x.data(), k, normal(rng));
+  core::StoreFromFloat(dtype, x.data(), K - 1, -40.0f);
+  const float threshold = 6.0f;
+  std::vector<int8_t> codes_cpu(K);
+  std::vector<float> stats_cpu(1);
+  std::vector<uint8_t> flags_cpu(K, 0);
+  core::Int8QuantizeRows(dtype, x.data(), K, threshold, 0, 1, codes_cpu.data(), stats_cpu.data());
+  core::Int8OutlierColumns(dtype, x.data(), K, threshold, 0, 1, flags_cpu.data());
+  int outliers = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    if (flags_cpu[k] != 0) codes_cpu[k] = 0, ++outliers;
+  }
+  ASSERT_GT(outliers, 1);
+  const Dev dx = OnDevice(x), codes = OnDevice(std::vector<int8_t>(K)), stats = OnDevice(std::vector<float>(1));
+  const Dev flags = OnDevice(std::vector<uint8_t>(K, 0xAB));
+  emu::Launch(1u, 128, int8_quantize_rows<T, 128>, As<const T>(dx), 1LL, static_cast<long long>(K), threshold,
+              As<signed char>(codes), As<float>(stats), As<unsigned char>(flags));
+  EXPECT_TRUE(Same(codes, codes_cpu)) << "codes, outliers zeroed";
+  EXPECT_TRUE(Same(stats, stats_cpu)) << "row stats";
+  EXPECT_TRUE(Same(flags, flags_cpu)) << "every flag";
+}
+
 template <class T, class B>
 void CheckEpilogue(int64_t rows, int64_t N, bool with_bias) {
   constexpr DType dtype = DTypeOf<T>(), bias_dtype = DTypeOf<B>();
@@ -225,6 +256,9 @@ TEST(Int8Emulated, QuantizePassesEqualTheCpu) {
     CheckQuantize<half>(9, 64, threshold);
     CheckQuantize<bf16>(6, 1000, threshold);
   }
+  CheckQuantizeOneRow<float>(300);
+  CheckQuantizeOneRow<half>(64);
+  CheckQuantizeOneRow<bf16>(4096);
 }
 
 TEST(Int8Emulated, ProductEpilogueEqualsTheCpu) {

@@ -85,7 +85,9 @@ __device__ __forceinline__ int warp_sum_scatter(int (&v)[P], int lane) {
 
 // Each row: stats[r] = its absmax (outliers left out; the quiet NaN if it holds NaN), codes[r, :] its codes, and
 // outlier_flags[k] = 1 for each column k holding an outlier (threshold > 0; the flags start at 0; null without
-// a threshold, as nothing is flagged then).
+// a threshold, as nothing is flagged then). A single row (a decode step) is all the flags say: its CTA writes every
+// flag, 0 or 1 (they need not start at 0), and the codes of its outliers as 0, which is all the zeroing of the
+// outlier columns would do, so the host launches neither.
 template <class T, int THREADS>
 __global__ void __launch_bounds__(THREADS)
     int8_quantize_rows(const T* __restrict__ x, long long rows, long long K, float threshold,
@@ -93,19 +95,27 @@ __global__ void __launch_bounds__(THREADS)
                        unsigned char* __restrict__ outlier_flags) {
   using namespace bnb;
   __shared__ unsigned int s_red[THREADS / 32 > 0 ? THREADS / 32 : 1];
+  const bool single = rows == 1 && outlier_flags != nullptr;
   for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* row = x + r * K;
     unsigned int mb = 0;
     for (long long k = threadIdx.x; k < K; k += THREADS) {
       const float v = Elem<T>::load(row + k);
-      if (i8::is_outlier(v, threshold)) outlier_flags[k] = 1;  // any thread may write the same 1
+      const bool outlier = i8::is_outlier(v, threshold);
+      if (single) {
+        outlier_flags[k] = outlier ? 1 : 0;
+      } else if (outlier) {
+        outlier_flags[k] = 1;  // any thread may write the same 1
+      }
       mb = max(mb, i8::magnitude_bits(v, threshold));
     }
     const float absmax = group_absmax<THREADS>(mb, s_red, 0);
     const bool ok = i8::usable(absmax);
     const float scale = __fdiv_rn(127.0f, absmax);
     for (long long k = threadIdx.x; k < K; k += THREADS) {
-      codes[r * K + k] = ok ? i8::code_of(__fmul_rn(Elem<T>::load(row + k), scale)) : (signed char)0;
+      const float v = Elem<T>::load(row + k);
+      codes[r * K + k] = ok && !(single && i8::is_outlier(v, threshold)) ? i8::code_of(__fmul_rn(v, scale))
+                                                                          : (signed char)0;
     }
     if (threadIdx.x == 0) stats[r] = absmax;
   }

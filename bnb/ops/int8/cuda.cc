@@ -24,9 +24,12 @@ struct Cuda {
     const at::Tensor x = A.contiguous();
     const int64_t K = A.size(-1);
     const float t = static_cast<float>(threshold);
-    // The kernel flags outliers only under a threshold: without one, no flags (nor their zeroing launch).
-    const bool outliers = t > 0.0f;
-    at::Tensor flags = outliers ? at::zeros({K}, A.options().dtype(at::kByte)) : at::Tensor();
+    // The kernel flags outliers only under a threshold: without one, no flags (nor their zeroing launch). One row
+    // (a decode step): the kernel writes every flag and zeroes its outliers' codes itself, two launches fewer.
+    const bool outliers = t > 0.0f, one_row = stats.numel() == 1;
+    at::Tensor flags = !outliers ? at::Tensor()
+                       : one_row ? at::empty({K}, A.options().dtype(at::kByte))
+                                 : at::zeros({K}, A.options().dtype(at::kByte));
     ThrowIfLaunchFailed(op, jit::LaunchInt8QuantizeRows(jit::KernelCache::Global(), A.get_device(), dtype,
                                                         x.data_ptr(), stats.numel(), K, t, codes.data_ptr<int8_t>(),
                                                         stats.data_ptr<float>(),
@@ -34,7 +37,7 @@ struct Cuda {
                                                         CurrentCudaStream(A), CudaThreadsPerBlock(op)));
     if (!outliers) return c10::nullopt;
     const at::Tensor cols = flags.nonzero().view({-1});  // ascending
-    Rows(codes).index_fill_(1, cols, 0);                  // every code of an outlier column is 0
+    if (!one_row) Rows(codes).index_fill_(1, cols, 0);    // every code of an outlier column is 0
     return cols;
   }
 
