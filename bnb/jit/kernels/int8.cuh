@@ -36,6 +36,11 @@ __device__ __forceinline__ signed char code_of(float q) {
   return (signed char)fminf(127.0f, fmaxf(-127.0f, rintf(q)));
 }
 
+// A code's value in its row: (code * stat) * (1/127), each product rounded once.
+__device__ __forceinline__ float dequantized_code(signed char code, float stat) {
+  return __fmul_rn(__fmul_rn((float)code, stat), kInv127);
+}
+
 // The product's epilogue: (float(a) * (row_stat * col_stat)) * (1/127^2), plus the bias where there is one (bias
 // null: none), each operation rounded once.
 template <class B>
@@ -158,7 +163,7 @@ __global__ void __launch_bounds__(THREADS)
                          long long K, float* __restrict__ out) {
   using namespace bnb;
   for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < n; i += (long long)gridDim.x * THREADS) {
-    out[i] = __fmul_rn(__fmul_rn((float)codes[i], stats[i / K]), i8::kInv127);
+    out[i] = i8::dequantized_code(codes[i], stats[i / K]);
   }
 }
 
@@ -171,8 +176,7 @@ __global__ void __launch_bounds__(THREADS)
   using namespace bnb;
   for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < n; i += (long long)gridDim.x * THREADS) {
     const long long r = i / n_cols;
-    const float v = __fmul_rn(__fmul_rn((float)codes[r * K + cols[i % n_cols]], stats[r]), i8::kInv127);
-    Elem<T>::store(out + i, v);
+    Elem<T>::store(out + i, i8::dequantized_code(codes[r * K + cols[i % n_cols]], stats[r]));
   }
 }
 
