@@ -44,6 +44,9 @@ class Bf16Codes {
 
   int rows() const { return rows_; }
 
+  // Bytes each table holds past its last entry, so a 32-bit load at any entry stays in bounds (gathers).
+  static constexpr int kPadding = 3;
+
   // The position of bfloat16 x (bits) in the table for absmax bits `amax_bits`: with x's magnitude bits m (sign
   // cleared) and bottom = the magnitude bits of the last row's first entry, 2 * max(m - bottom, 0) + sign. Rows
   // ascend with the magnitude, the two signs interleave, and every value below the last row takes position 0 (the

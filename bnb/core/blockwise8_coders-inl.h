@@ -20,8 +20,8 @@
 
 // The AVX-512 targets run the AVX2 8-bit kernels (and coders): on Zen 4, AVX2's scalar-load lookups beat AVX-512's
 // gathers and its in-register segment search in every case measured, quantize and dequantize, float32 and bfloat16
-// (figures: tools/bench/NOTES.md, 'AVX-512 targets'); on Intel the float32 and float16 quantizes run their own
-// (blockwise8_hwy.cc, Quantize). foreach_target compiles AVX2 before them, unless AVX2 is the static target
+// (figures: tools/bench/NOTES.md, 'AVX-512 targets'); on Intel the quantizes run their own (blockwise8_hwy.cc,
+// Quantize). foreach_target compiles AVX2 before them, unless AVX2 is the static target
 // (compiled last); then they run their own.
 #ifndef BNB_RUNS_AVX2_8BIT_KERNELS_DEFINED
 #define BNB_RUNS_AVX2_8BIT_KERNELS_DEFINED

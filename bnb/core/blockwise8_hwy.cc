@@ -299,13 +299,19 @@ void QuantizeBf16LargeBlocks(const uint16_t* x, const Coder& coder, const Blockw
   run.Finish();
 }
 
+// bfloat16 blocks from this size on are coded by their Bf16Codes tables. AVX-512 (run on Intel alone) gathers from
+// them, and blocks of 64 each gather from a different one of the 128 tables (768 KB), missing L1: its BucketCoder
+// (a division and a gather from one shared table) ran ~10% faster there, and even at 128 (figures:
+// tools/bench/NOTES.md, 'bfloat16 8-bit quantize by gather'). The other targets' tables win at every size.
+constexpr int64_t kBf16TablesFrom = HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL ? 128 : 0;
+
 template <DType kT, class Coder>
 void QuantizeWith(const void* x, const Coder& coder, const Blockwise8Range& r, uint8_t* codes, float* absmax) {
   if constexpr (kT == DType::kBFloat16) {
     if (r.blocksize > kMaxBlocksize) {
       return QuantizeBf16LargeBlocks(static_cast<const uint16_t*>(x), coder, r, codes, absmax);
     }
-    if (coder.cb.bf16_codes != nullptr) {
+    if (coder.cb.bf16_codes != nullptr && r.blocksize >= kBf16TablesFrom) {
       const auto* x16 = static_cast<const uint16_t*>(x);
       RunStreamedIf(StreamableOutput8<kT>(codes, r.n), [&](auto stream) {
         QuantizeBf16Pipelined<decltype(stream)::value>(x16, coder, r, codes, absmax);
@@ -549,11 +555,11 @@ void DequantizeT(const uint8_t* codes, const float* absmax, const PreparedCodebo
 void Quantize(DType dtype, const void* x, const PreparedCodebook& cb, const Blockwise8Range& r, uint8_t* codes,
               float* absmax) {
 #if BNB_RUNS_AVX2_8BIT_KERNELS
-  // The AVX2 kernels (blockwise8_coders-inl.h says why), except for float32 and float16 on Intel, where this
-  // target's own ran 15-30% faster from memory (tools/bench/NOTES.md, '8-bit quantize on Intel: AVX-512's own
-  // float32 and float16').
+  // The AVX2 kernels (blockwise8_coders-inl.h says why), except on Intel, where this target's own ran faster from
+  // memory: float32 and float16 15-30% (tools/bench/NOTES.md, '8-bit quantize on Intel: AVX-512's own float32 and
+  // float16'), bfloat16 by gathers 20-30% ('bfloat16 8-bit quantize by gather').
   static const bool intel = CpuIsIntel();
-  if (dtype == DType::kBFloat16 || !intel) return N_AVX2::Quantize(dtype, x, cb, r, codes, absmax);
+  if (!intel) return N_AVX2::Quantize(dtype, x, cb, r, codes, absmax);
 #endif
   switch (dtype) {
     case DType::kFloat32: return QuantizeT<DType::kFloat32>(x, cb, r, codes, absmax);

@@ -291,6 +291,17 @@ HWY_INLINE void LookupCodes16(const uint16_t* index, const uint8_t* table, uint8
   } else {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), v);
   }
+#elif HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  // One 16-lane gather of the 32-bit words at the codes (Bf16Codes pads its tables so the last one's word is in
+  // bounds), each word's low byte kept: on Intel's cores gathers beat scalar loads and inserts (figures:
+  // tools/bench/NOTES.md, 'bfloat16 code lookups by gather').
+  const __m512i i32 = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(index)));
+  const __m128i v = _mm512_cvtepi32_epi8(_mm512_i32gather_epi32(i32, table, 1));
+  if constexpr (kStream) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out), v);
+  } else {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), v);
+  }
 #else
   for (int k = 0; k < 16; k += 4) {
     const uint32_t w = uint32_t{table[index[k]]} | uint32_t{table[index[k + 1]]} << 8 |
