@@ -5,13 +5,17 @@
 //   cmake -S <ggml> -B /tmp/ggml-build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON && cmake --build /tmp/ggml-build
 //   L=<dir of libggml.so>; gcc -O2 -march=native tools/bench/ggml_peer.c -I<ggml>/include -L$L -lggml
 //       -Wl,-rpath,$L -o /tmp/ggml_peer && /tmp/ggml_peer 2 5   # (one command line) threads, rounds
-// Written against ggml's API of late 2024 (ggml_graph_plan with a thread pool; later versions moved the CPU
-// functions to ggml-cpu.h).
+// (ggml since its CPU backend split: -lggml -lggml-base -lggml-cpu.)
+// Written against ggml's API of late 2024 (ggml_graph_plan with a thread pool); builds against later versions too,
+// whose CPU functions are in ggml-cpu.h (ggml 0.21.0, commit d99724f2, measured 2026-11-28).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "ggml.h"
+#if __has_include("ggml-cpu.h")
+#include "ggml-cpu.h"  // ggml_graph_plan / ggml_graph_compute since ggml's CPU backend split
+#endif
 
 static double now(void) {
   struct timespec t;
