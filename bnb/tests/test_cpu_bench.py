@@ -104,6 +104,19 @@ def test_gemv4_bench_loop_mode(capsys):
     assert not any(line.startswith("batch") for line in out.splitlines()), out
 
 
+def test_gemv4_bench_runs_the_ggml_peer(capsys, tmp_path):
+    peer = tmp_path / "ggml_peer"
+    peer.write_text("#!/bin/sh\necho \"ggml, $1 threads, $2 rounds\"\n")
+    peer.chmod(0o755)
+    args = ["--shapes", "64x256", "--threads", "1", "--repeat", "1", "--no-layer", "--loop", "--loop-mb", "0",
+            "--dtypes", "bfloat16", "--ggml-rounds", "2"]
+    cpu_gemv4.main(args + ["--ggml-peer", str(peer)])
+    assert "ggml, 1 threads, 2 rounds" in capsys.readouterr().out
+    cpu_gemv4.main(args + ["--ggml-peer", str(tmp_path / "missing")])  # says why, and the table still prints
+    out = capsys.readouterr().out
+    assert "did not run" in out and "bnb matmul_4bit (tiled)" in out, out
+
+
 def test_int8_bench_prints_every_row(capsys):
     cpu_int8.main(["--shape", "96x200", "--batches", "1,5", "--linear-batches", "1,3", "--repeat", "1"])
     out = capsys.readouterr().out

@@ -14,6 +14,7 @@ it would shadow nothing of bnb, but pip sees one 'bitsandbytes' only).
 """
 
 import argparse
+import subprocess
 import time
 
 import torch
@@ -232,6 +233,17 @@ def batch_rows(N, K, batch, dtype, blocksize, rounds, with_peers):
     return [(name, min(ts)) for (name, _), ts in zip(impls, times)]
 
 
+def ggml_peer_table(binary, threads, rounds):
+    """The table tools/bench/ggml_peer.c prints for `threads` threads, or a line saying why there is none."""
+    try:
+        done = subprocess.run([binary, str(threads), str(rounds)], capture_output=True, text=True, timeout=3600)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"ggml peer {binary!r} did not run: {e}"
+    if done.returncode != 0:
+        return f"ggml peer {binary!r} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}"
+    return done.stdout.rstrip()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--shapes", type=weight_shapes, default="4096x4096,14336x4096,4096x14336",
@@ -248,6 +260,10 @@ def main(argv=None):
                     help="one token: each implementation in a loop of its own over weights cycled past the L3 "
                          "(as a decode, and tools/bench/ggml_peer.c), instead of rounds alternating them")
     ap.add_argument("--loop-mb", type=int, default=96, help="--loop: MB of weights cycled through (above the L3)")
+    ap.add_argument("--ggml-peer", metavar="BIN",
+                    help="--loop: after bnb's table at each thread count, run this build of tools/bench/ggml_peer.c "
+                         "(llama.cpp's kernels, built apart: see its header) on the default shapes, in the same run")
+    ap.add_argument("--ggml-rounds", type=int, default=3, help="--ggml-peer: its rounds")
     args = ap.parse_args(argv)
     if not args.shapes:
         ap.error("--shapes names at least one weight (the batch table takes the first)")
@@ -281,6 +297,8 @@ def main(argv=None):
                         if name == "bnb gemv_4bit":
                             name = f"bnb ({kernel})"
                         print(f"{'':<30}{'':<10}{name:<26}{seconds * 1e6:>9.0f}{pct:>11.0f}%")
+            if args.loop and args.ggml_peer:
+                print(ggml_peer_table(args.ggml_peer, threads, args.ggml_rounds))
             if args.loop or not args.batches:
                 print()
                 continue
