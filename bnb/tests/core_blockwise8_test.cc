@@ -239,10 +239,35 @@ TEST_P(EveryIsa, EveryBfloat16EqualsScalar) {
     for (const uint16_t a : tests::Bf16AbsmaxCases(cb.bf16_codes->rows())) {
       SCOPED_TRACE(testing::Message() << "absmax bits " << std::hex << a);
       const int64_t bs = 4096;
-      const std::vector<uint16_t> x = tests::EveryBf16UpTo(a, bs);
+      const std::vector<uint16_t> x = tests::Every16BitUpTo(a, bs);
       const int64_t n = static_cast<int64_t>(x.size());
       const BothQuantized q = QuantizeBoth(DType::kBFloat16, x.data(), n, bs, cb);
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(q.codes[i], q.codes_ref[i]) << "x bits " << std::hex << x[i];
+    }
+  }
+}
+
+// float16 input (AVX-512 scales it without a division, f16_quotient.h): every float16 magnitude up to the absmax
+// against the scalar definition, in both codebooks, for absmax values of every third exponent with mantissas 0, 1,
+// 512 and 1023 (subnormal ones too), and for every third mantissa in [1, 2): a quotient off by an ulp changes a
+// code only near a midpoint, which few absmax values put a float16 at.
+TEST_P(EveryIsa, EveryFloat16EqualsScalar) {
+  std::vector<uint16_t> amaxes;
+  for (int e = 0; e < 31; e += 3) {
+    for (const int m : {0, 1, 512, 1023}) {
+      if (e > 0 || m > 0) amaxes.push_back(static_cast<uint16_t>(e << 10 | m));
+    }
+  }
+  for (int m = 2; m < 1024; m += 3) amaxes.push_back(static_cast<uint16_t>(15 << 10 | m));
+  for (const PreparedCodebook& cb : {DynamicCodebook(), AwkwardCodebook()}) {
+    for (const uint16_t a : amaxes) {
+      SCOPED_TRACE(testing::Message() << "absmax bits " << std::hex << a);
+      const std::vector<uint16_t> x = tests::Every16BitUpTo(a, 4096);
+      const int64_t n = static_cast<int64_t>(x.size());
+      for (const int64_t bs : {int64_t{64}, int64_t{4096}}) {
+        const BothQuantized q = QuantizeBoth(DType::kFloat16, x.data(), n, bs, cb);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(q.codes[i], q.codes_ref[i]) << "bs " << bs << " x bits " << x[i];
+      }
     }
   }
 }

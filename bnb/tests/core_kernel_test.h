@@ -86,9 +86,9 @@ inline std::vector<uint16_t> Bf16AbsmaxCases(int rows) {
   return amaxes;
 }
 
-// Every bfloat16 magnitude up to absmax bits a, both signs (zeros and subnormals included), in blocks of `bs` that
-// each start with a, so that every block's absmax is a.
-inline std::vector<uint16_t> EveryBf16UpTo(uint16_t a, int64_t bs) {
+// Every 16-bit float (bfloat16 or float16 bits: both order magnitudes as their bits do) up to absmax bits a, both
+// signs (zeros and subnormals included), in blocks of `bs` that each start with a, so that every block's absmax is a.
+inline std::vector<uint16_t> Every16BitUpTo(uint16_t a, int64_t bs) {
   std::vector<uint16_t> x;
   for (uint32_t h = 0; h <= a; ++h) {
     for (const uint32_t sign : {0u, 0x8000u}) {
