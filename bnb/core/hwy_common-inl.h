@@ -265,12 +265,12 @@ HWY_INLINE __m128i CodesByWords(const uint16_t* index, const uint8_t* table, std
 }
 #endif
 
-// out[k] = table[index[k]] for k < 16: one byte load per element, the bytes inserted into a vector where the target
-// has pinsrb (AVX2, SSE4), else four codes to a 32-bit store; either beats storing fewer codes at a time. The
-// indices must not have been stored just before: scalar loads of indices that a vector store has just written
-// stall, so reading each vector's indices right after storing them, or straight out of the vector, is much slower.
-// Figures: tools/bench/NOTES.md, 'bfloat16 code lookups'. kStream: out is 16-byte aligned, and written by a
-// streaming store where the target assembles the 16 bytes in a vector.
+// out[k] = table[index[k]] for k < 16: one gather on AVX-512; elsewhere one byte load per element, the bytes
+// inserted into a vector where the target has pinsrb (AVX2, SSE4), else four codes to a 32-bit store; either beats
+// storing fewer codes at a time. The indices must not have been stored just before: scalar loads of indices that a
+// vector store has just written stall, so reading each vector's indices right after storing them, or straight out
+// of the vector, is much slower. Figures: tools/bench/NOTES.md, 'bfloat16 code lookups'. kStream: out is 16-byte
+// aligned, and written by a streaming store where the target assembles the 16 bytes in a vector.
 template <bool kStream = false>
 HWY_INLINE void LookupCodes16(const uint16_t* index, const uint8_t* table, uint8_t* out) {
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4
@@ -294,7 +294,7 @@ HWY_INLINE void LookupCodes16(const uint16_t* index, const uint8_t* table, uint8
 #elif HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   // One 16-lane gather of the 32-bit words at the codes (Bf16Codes pads its tables so the last one's word is in
   // bounds), each word's low byte kept: on Intel's cores gathers beat scalar loads and inserts (figures:
-  // tools/bench/NOTES.md, 'bfloat16 code lookups by gather').
+  // tools/bench/NOTES.md, 'bfloat16 8-bit quantize by gather').
   const __m512i i32 = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(index)));
   const __m128i v = _mm512_cvtepi32_epi8(_mm512_i32gather_epi32(i32, table, 1));
   if constexpr (kStream) {
