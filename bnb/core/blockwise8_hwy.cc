@@ -61,12 +61,13 @@ HWY_INLINE void CodeBlock(const void* x, const Coder& coder, int64_t lo, int64_t
   int64_t i = lo;
   if (std::isfinite(amax) && amax != 0.0f) {
     const VF vscale = hn::Set(df, amax);
-    const VF vinverse = hn::Set(df, 1.0f / amax);
+    constexpr bool kByProducts = kF16QuotientByProducts && kT == DType::kFloat16;
+    const VF vinverse = hn::Set(df, kByProducts ? 1.0f / amax : 0.0f);  // no division per block where unused
     // Four vectors per step: their divisions and lookups are independent, so they overlap.
     // The next block's absmax pass then reads from cache while this loop computes.
     const auto scaled = [&](int64_t j) {
       const VF v = LoadF32<kT>(x, j);
-      if constexpr (kF16QuotientByProducts && kT == DType::kFloat16) {
+      if constexpr (kByProducts) {
         const VF q0 = hn::Mul(v, vinverse);  // F16Quotient (f16_quotient.h), a vector at a time
         return hn::CopySign(hn::MulAdd(hn::NegMulAdd(q0, vscale, v), vinverse, q0), v);
       } else {
