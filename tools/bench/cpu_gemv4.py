@@ -10,7 +10,8 @@ copy moves (read plus written) per second, the median over rounds of the ratio w
 are 256 MB each (timing.memory_copy), so it runs at memory's speed, as the weights are read. The 4-bit weight is NF4,
 nested absmax (compress_statistics=True), as QLoRA stores it. Run: tools/bench/run_cpu.sh, or
 .venv/bin/python tools/bench/cpu_gemv4.py; bitsandbytes from an unpacked wheel: PYTHONPATH=<dir> (not installed:
-it would shadow nothing of bnb, but pip sees one 'bitsandbytes' only).
+it would shadow nothing of bnb, but pip sees one 'bitsandbytes' only). llama.cpp's ggml in the same run: --loop
+--ggml-peer <a build of tools/bench/ggml_peer.c> (its header says how to build it; ggml is no dependency).
 """
 
 import argparse
