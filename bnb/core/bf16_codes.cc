@@ -39,9 +39,8 @@ const uint8_t* Bf16Codes::Build(int mantissa, Fill fill) const {
     const float magnitude = std::min(BF16ToFloat(static_cast<uint16_t>((127 - d) << 7 | m)), amax);
     x[j] = j % 2 == 0 ? magnitude : -magnitude;
   }
-  // kPadding bytes past the last entry: gathers read a 32-bit word at each entry.
+  // kPadding bytes past the last entry (zeroed, as make_unique zeroes all): gathers read a 32-bit word at each entry.
   auto table = std::make_unique<uint8_t[]>(entries + kPadding);
-  std::fill_n(table.get() + entries, kPadding, uint8_t{0});
   fill(amax, x.data(), entries, table.get());
   storage_.push_back(std::move(table));
   return storage_.back().get();
