@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "bnb/core/aligned64.h"
@@ -24,25 +25,22 @@ bool Packed4Fits(int64_t N, int64_t K, int64_t blocksize) {
 
 namespace {
 
-bool HasAvx512Fp16() {
-#if BNB_GEMV4_X86
-  static const bool has = __builtin_cpu_supports("avx512fp16");
-  return has;
-#else
-  return false;
-#endif
-}
-
 // Which kernel a call takes: the bfloat16 ones where gemv4's dispatch would take its bfloat16 kernel, the float32
 // one where it would take its AVX-512 float32 kernel (K = 128 stands for any multiple of 128: the packed kernels
 // take any multiple of 64).
 // kAmx: where the bfloat16 ones would run, on AMX tiles where the CPU has them (cpu.amx), from kAmxFromRows rows of
 // A: its weight costs more to make into B tiles (scaled, in float32) than vdpbf16ps takes for a row or two
 // (tools/bench/NOTES.md, 'AMX').
-enum class PackedKernel { kNone, kBf16, kAmx, kF32 };
+// kF32Blocked: where the float32 one would run, from kBlockedFromRows rows of A: a dense product's blocking, which
+// reads each code once per block of A's rows and multiplies at ~95% of the FMA ceiling, where the float32 kernel
+// looks each up once per 8 rows (its FMAs ~78% of its operations); from 24 rows it beat it, and from 64 rows torch's
+// float32 and float16 products too (tools/bench/NOTES.md, 'Blocked float32 product').
+enum class PackedKernel { kNone, kBf16, kAmx, kF32, kF32Blocked };
 constexpr int64_t kAmxFromRows = 3;
+constexpr int64_t kBlockedFromRows = 24;
 
-// The kernel for any number of rows (kAmx: from kAmxFromRows), and for M rows.
+// The kernel for any number of rows (kAmx: from kAmxFromRows; kF32: from kBlockedFromRows kF32Blocked), and for M
+// rows.
 PackedKernel Choose(DType dtype, bool bf16_products) {
   switch (ActiveGemv4Kernel(dtype, 128, bf16_products)) {
     case Gemv4Kernel::kAvx512Bf16:
@@ -59,7 +57,8 @@ PackedKernel Choose(DType dtype, bool bf16_products) {
 
 PackedKernel Choose(DType dtype, int64_t M, bool bf16_products) {
   const PackedKernel kernel = Choose(dtype, bf16_products);
-  return kernel == PackedKernel::kAmx && M < kAmxFromRows ? PackedKernel::kBf16 : kernel;
+  if (kernel == PackedKernel::kAmx && M < kAmxFromRows) return PackedKernel::kBf16;
+  return kernel == PackedKernel::kF32 && M >= kBlockedFromRows ? PackedKernel::kF32Blocked : kernel;
 }
 
 // Pack4 and Unpack4 take vector code for whole tiles where the AVX-512 kernels run (the same bytes as the loops).
@@ -67,20 +66,17 @@ bool VectorPacking() { return Choose(DType::kFloat32, true) != PackedKernel::kNo
 
 // Rows per call, beyond which the gemm_4bit CPU path (dequantize + addmm in bands) wins, at 4096x4096 on Zen 4
 // (tools/bench/NOTES.md, 'Tiled CPU layout'). bfloat16 products: oneDNN's bfloat16 product runs near the vdpbf16ps
-// ceiling, these kernels at ~84% of it: faster to 64 rows, a tie at 128, slower from 256. float32 products: faster
-// to 64 rows, a tie at 128-256 (oneDNN's float32). float16 A: torch multiplies float16 slowly here (3.4x the tiled
-// kernel at 64-128 rows); 256 bounds the float32 copy of A each thread makes (K = 14336: 14 MB).
+// ceiling, these kernels at ~84% of it: faster to 64 rows, a tie at 128, slower from 256. float32 products: no
+// bound (the blocked kernel takes A a block of rows at a time).
 constexpr int64_t kMaxBf16Rows = 64;
-constexpr int64_t kMaxF32Rows = 128;
-constexpr int64_t kMaxF16Rows = 256;
 // AMX: at 128 rows 0.67-0.90x oneDNN's bfloat16 product on the dequantized weight, which runs on AMX too; slices
 // of 256 rows (the pair kernel's K blocks keep their A in L2) decode the weight half as often as slices of 128 and
 // measured 0.78-1.00x at 256-512 rows against 0.82-1.12x (tools/bench/NOTES.md, 'AMX: tile pairs').
 constexpr int64_t kMaxAmxRows = 256;
 
-// Tile t's sums for rows [r0, r0 + rows) (sums[(r - r0) * 16 + j]) plus bias, each rounded once into out.
+// Tile t's sums for rows [r0, r0 + rows) (sums[(r - r0) * sums_ld + j]) plus bias, each rounded once into out.
 void StoreTile(DType dtype, const float* sums, int64_t r0, int64_t rows, const Packed4& w, int64_t t,
-               const void* bias, void* out) {
+               const void* bias, void* out, int64_t sums_ld = kPackRows) {
   const int64_t tile_rows = std::min(kPackRows, w.N - t * kPackRows);
   float add[kPackRows] = {};
   if (bias != nullptr) {
@@ -88,14 +84,13 @@ void StoreTile(DType dtype, const float* sums, int64_t r0, int64_t rows, const P
   }
 #if BNB_GEMV4_X86  // every caller runs on AVX-512
   void* first = static_cast<char*>(out) + (r0 * w.N + t * kPackRows) * DTypeSize(dtype);
-  if (tile_rows == kPackRows &&
-      packed4_x86::StoreTileRows(dtype, sums, rows, bias == nullptr ? nullptr : add, first, w.N)) {
-    return;
+  if (tile_rows == kPackRows) {
+    return packed4_x86::StoreTileRows(dtype, sums, sums_ld, rows, bias == nullptr ? nullptr : add, first, w.N);
   }
 #endif
   // Row by row: each row's 16 outputs are adjacent in out (a column at a time would touch a line per value).
   for (int64_t r = 0; r < rows; ++r) {
-    const float* row = sums + r * kPackRows;
+    const float* row = sums + r * sums_ld;
     const int64_t at = (r0 + r) * w.N + t * kPackRows;
     for (int64_t j = 0; j < tile_rows; ++j) {
       StoreFromFloat(dtype, out, at + j, bias == nullptr ? row[j] : row[j] + add[j]);
@@ -136,6 +131,49 @@ void AmxProduct(DType dtype, const void* A, int64_t M, const Packed4& w, const f
   for (; t < t1; ++t) {
     packed4_x86::TileBf16Amx(a.data(), M, w, code16, t, b.data(), sums.data());
     StoreTile(dtype, sums.data(), 0, M, w, t, bias, out);
+  }
+}
+#endif
+
+#if BNB_GEMV4_X86
+// Rows of A per block of the blocked product (at most; blocks of equal size): its arranged columns (kBlockedCols
+// of each row: 512 KB) stay in L2 while a thread's panels pass over them; each block dequantizes the weight once.
+constexpr int64_t kBlockedBlockRows = 512;
+// The most bytes of sums a thread keeps (128 a row per pair of tiles, in L3 between a panel's passes): a wider
+// share of the weight runs as groups of tile pairs, each arranging the block's A again (~1.5% of the product's
+// time at 512 rows and 2048 columns a group).
+constexpr int64_t kBlockedSumsBytes = int64_t{4} << 20;
+
+// Tiles [t0, t1) by the blocked kernels: for each block of A's rows, group of tile pairs and kBlockedCols columns
+// of K, the block's columns arranged, then each pair of tiles dequantized into a panel (in L1) and multiplied into
+// its sums; the sums rounded into out once the group has all of K.
+void BlockedProduct(DType dtype, const void* A, int64_t M, const Packed4& w, const float* code16, const void* bias,
+                    void* out, int64_t t0, int64_t t1) {
+  using packed4_x86::kBlockedRows;
+  const int64_t blocks = (M + kBlockedBlockRows - 1) / kBlockedBlockRows, block_rows = (M + blocks - 1) / blocks;
+  const int64_t padded = (block_rows + kBlockedRows - 1) / kBlockedRows * kBlockedRows;
+  const int64_t strip_floats = padded * 32;  // one tile pair's sums
+  const int64_t group = std::max<int64_t>(1, kBlockedSumsBytes / (strip_floats * 4));
+  Aligned64<float> a(padded * kBlockedCols), panel(kBlockedCols * 32);
+  Aligned64<float> sums(std::min(group, (t1 - t0 + 1) / 2) * strip_floats);
+  for (int64_t r0 = 0; r0 < M; r0 += block_rows) {
+    const int64_t rows = std::min(block_rows, M - r0);
+    for (int64_t g0 = t0; g0 < t1; g0 += 2 * group) {
+      const int64_t g1 = std::min(t1, g0 + 2 * group);
+      for (int64_t k0 = 0; k0 < w.K; k0 += kBlockedCols) {
+        const int64_t kc = std::min(kBlockedCols, w.K - k0);
+        packed4_x86::BlockedArrange(dtype, A, w.K, r0, rows, k0, kc, a.data());
+        for (int64_t t = g0; t < g1; t += 2) {
+          packed4_x86::BlockedPanel(w, code16, t, std::min<int64_t>(2, g1 - t), k0, kc, panel.data());
+          packed4_x86::BlockedRows(a.data(), rows, panel.data(), kc, sums.data() + (t - g0) / 2 * strip_floats,
+                                   k0 > 0);
+        }
+      }
+      for (int64_t t = g0; t < g1; ++t) {
+        const float* tile_sums = sums.data() + (t - g0) / 2 * strip_floats + (t - g0) % 2 * kPackRows;
+        StoreTile(dtype, tile_sums, r0, rows, w, t, bias, out, 32);
+      }
+    }
   }
 }
 #endif
@@ -298,6 +336,7 @@ const char* Gemm4PackedKernelName(DType dtype, int64_t M, bool bf16_products) {
     case PackedKernel::kBf16: return "avx512bf16";
     case PackedKernel::kAmx: return "amx";
     case PackedKernel::kF32: return "avx512";
+    case PackedKernel::kF32Blocked: return "avx512-blocked";
     case PackedKernel::kNone: break;
   }
   return "none";
@@ -307,7 +346,8 @@ int64_t Gemm4PackedMaxRows(DType dtype, bool bf16_products) {
   switch (Choose(dtype, bf16_products)) {
     case PackedKernel::kBf16: return kMaxBf16Rows;
     case PackedKernel::kAmx: return kMaxAmxRows;
-    case PackedKernel::kF32: return dtype == DType::kFloat16 ? kMaxF16Rows : kMaxF32Rows;
+    case PackedKernel::kF32:
+    case PackedKernel::kF32Blocked: return std::numeric_limits<int64_t>::max();
     case PackedKernel::kNone: break;
   }
   return 0;
@@ -316,20 +356,10 @@ int64_t Gemm4PackedMaxRows(DType dtype, bool bf16_products) {
 int64_t Gemm4PackedDenseFrom(DType dtype, bool bf16_products) {
   // bfloat16 products: oneDNN's bfloat16 matmul runs nearer the vdpbf16ps ceiling than slices of 64 rows, which
   // tie at 128 rows and lose from 256 (tools/bench/NOTES.md, 'Linear4bit's repack in place'). AMX: slices ran
-  // 0.78-1.09x oneDNN's product at 256-1024 rows, the dense path 1.13-2.45x ('AMX: tile pairs').
-  // float32: slices of kMaxF32Rows tie the dense path at 256 rows on Zen 4 and lose to it from 256 on Sapphire
-  // Rapids, where oneDNN's float32 product runs nearer the FMA ceiling; float16: torch multiplies float16 as fast
-  // as float32 where the CPU has AVX512-FP16 (oneDNN's float16 product), far slower without (3.4x the kernel at
-  // 64-128 rows on Zen 4) (tools/bench/NOTES.md, 'float32 and float16 batches on Sapphire Rapids').
-  switch (Choose(dtype, bf16_products)) {
-    case PackedKernel::kBf16: return 2 * kMaxBf16Rows + 1;
-    case PackedKernel::kF32:
-      if (dtype == DType::kFloat32) return 2 * kMaxF32Rows;
-      return dtype == DType::kFloat16 && HasAvx512Fp16() ? kMaxF32Rows : 0;
-    case PackedKernel::kAmx:
-    case PackedKernel::kNone: break;
-  }
-  return 0;
+  // 0.78-1.09x oneDNN's product at 256-1024 rows, the dense path 1.13-2.45x ('AMX: tile pairs'). float32 products:
+  // never (the blocked kernel ran 0.94-1.04x torch's float32 and float16 products at 128-1024 rows, the dense path
+  // 1.05-1.21x: 'Blocked float32 product').
+  return Choose(dtype, bf16_products) == PackedKernel::kBf16 ? 2 * kMaxBf16Rows + 1 : 0;
 }
 
 bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products) {
@@ -342,6 +372,7 @@ void Gemm4Packed(DType dtype, const void* A, int64_t M, const Packed4& w, const 
   const PackedKernel kernel = Choose(dtype, M, bf16_products);
   const int64_t K = w.K;
   if (kernel == PackedKernel::kAmx) return AmxProduct(dtype, A, M, w, code16, bias, out, t0, t1);
+  if (kernel == PackedKernel::kF32Blocked) return BlockedProduct(dtype, A, M, w, code16, bias, out, t0, t1);
   // A as the kernels read it: one row as it is (float32 kernels: converted from float16 / bfloat16), several rows
   // arranged by group (group g's row r at (g * M + r) * 64): K apart, rows of 4 KB multiples share L1 sets.
   std::vector<uint16_t> a16;

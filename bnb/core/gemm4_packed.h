@@ -23,6 +23,7 @@ namespace bnb::core {
 inline constexpr int64_t kPackRows = 16;   // rows per tile
 inline constexpr int64_t kPackCols = 64;   // columns per group
 inline constexpr int64_t kPackGroupBytes = kPackRows * kPackCols / 2;
+inline constexpr int64_t kBlockedCols = 256;  // columns of K per partial sum of the blocked product (Gemm4Packed)
 
 // The shapes the layout takes: K a positive multiple of 64, blocksize a power of two >= 64 dividing K, N >= 1.
 bool Packed4Fits(int64_t N, int64_t K, int64_t blocksize);
@@ -58,14 +59,15 @@ int64_t Gemm4PackedDenseFrom(DType dtype, bool bf16_products = true);
 
 // Whether Gemm4Packed runs for A of `dtype` and M rows on this CPU under the cpu.isa cap: AVX-512 with AVX512-BW,
 // bfloat16 products (bfloat16 A, AVX512-BF16, bf16_products: gemv4.h's knob) up to 64 rows (on AMX tiles, cpu.amx:
-// 128), float32 products up to 128 rows (float16 A: 256), where they beat dequantize + matmul.
+// 256), where they beat dequantize + matmul; float32 products at any rows.
 bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products = true);
 // The kernel Gemm4Packed takes for M rows of A of `dtype` on this CPU now (the cpu.isa cap, cpu.amx): "amx"
 // (TDPBF16PS: where "avx512bf16" would run, from 3 rows, where the CPU has AMX-BF16), "avx512bf16", "avx512"
-// (float32 products) or "none" (Gemm4PackedRuns says no).
+// (float32 products), "avx512-blocked" (float32 products from 24 rows) or "none" (Gemm4PackedRuns says no).
 const char* Gemm4PackedKernelName(DType dtype, int64_t M, bool bf16_products = true);
-// The most rows of A one Gemm4Packed call takes for `dtype` (0 where it has no kernel); callers with more run it
-// on slices of A's rows (the weight read once per slice: as fast as dequantize + matmul there).
+// The most rows of A one Gemm4Packed call takes for `dtype` (0 where it has no kernel; the int64_t maximum where
+// it takes any); callers with more run it on slices of A's rows (the weight read once per slice: as fast as
+// dequantize + matmul there).
 int64_t Gemm4PackedMaxRows(DType dtype, bool bf16_products = true);
 
 // out[r, n] = sum_k A[r, k] * W[n, k] (+ bias[n]) for the M rows of A (row-major, K apart, `dtype`) and W's rows in
@@ -76,11 +78,14 @@ int64_t Gemm4PackedMaxRows(DType dtype, bool bf16_products = true);
 //     rows where Gemm4PackedKernelName says "amx") the weight itself, code value times scale in float32 rounded
 //     to bfloat16 (dequantize + a bfloat16 product's values), multiplied by TDPBF16PS, summed in float32;
 //   - any other A (float32, float16, or bfloat16 without bf16_products): float32 products of the exact code values,
-//     each group's sums scaled in float32.
+//     each group's sums scaled in float32; from 24 rows (Gemm4PackedKernelName says "avx512-blocked") A in float32
+//     times the weight itself, code value times scale in float32 (DequantizePacked4's values: dequantize + a
+//     float32 product): for each kBlockedCols columns of K, a sum from zero by fused multiply-adds in K's order,
+//     these sums added in order (exactly so: a row's result is the same whatever the other rows).
 // Sums run in another order than the definition: close to it, not bit for bit (integer data below 2^24 exactly).
-// A scale that is infinite or NaN enters as a factor of its block's sum (AMX: of its block's weights; gemv4.h's
-// rows with one follow the definition instead; callers that want that keep such weights unpacked). Only where
-// Gemm4PackedRuns says so.
+// A scale that is infinite or NaN enters as a factor of its block's sum (AMX, blocked: of its block's weights;
+// gemv4.h's rows with one follow the definition instead; callers that want that keep such weights unpacked). Only
+// where Gemm4PackedRuns says so.
 void Gemm4Packed(DType dtype, const void* A, int64_t M, const Packed4& w, const float* code16, const void* bias,
                  void* out, int64_t t0, int64_t t1, bool bf16_products = true);
 

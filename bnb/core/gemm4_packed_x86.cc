@@ -506,21 +506,26 @@ BNB_TARGET_AVX512VNNI void TileInt8Rows(const Int8Activations& a, int64_t r0, in
   }
 }
 
-BNB_TARGET_AVX512 bool StoreTileRows(DType dtype, const float* sums, int64_t rows, const float* add, void* out,
-                                     int64_t ld) {
-  if (dtype == DType::kFloat16) return false;
+BNB_TARGET_AVX512 void StoreTileRows(DType dtype, const float* sums, int64_t sums_ld, int64_t rows, const float* add,
+                                     void* out, int64_t ld) {
   const __m512 bias = add == nullptr ? _mm512_setzero_ps() : _mm512_loadu_ps(add);
   for (int64_t r = 0; r < rows; ++r) {
-    __m512 v = _mm512_loadu_ps(sums + r * kPackRows);
+    __m512 v = _mm512_loadu_ps(sums + r * sums_ld);
     if (add != nullptr) v = _mm512_add_ps(v, bias);  // no bias, no addition: -0 stays -0
     if (dtype == DType::kFloat32) {
       _mm512_storeu_ps(static_cast<float*>(out) + r * ld, v);
       continue;
     }
-    const __m512i half = round16_x86::Round16<DType::kBFloat16>(v);  // FloatToBF16's rule
+    __m512i half;
+    if (dtype == DType::kBFloat16) {
+      half = round16_x86::Round16<DType::kBFloat16>(v);  // FloatToBF16's rule
+    } else {  // vcvtps2ph keeps a NaN's payload bits; FloatToHalf makes every NaN its sign and 0x7E00
+      const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(v), 16), _mm512_set1_epi32(0x8000));
+      half = _mm512_mask_or_epi32(round16_x86::Round16<DType::kFloat16>(v), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
+                                  sign, _mm512_set1_epi32(0x7E00));
+    }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out) + r * ld), _mm512_cvtepi32_epi16(half));
   }
-  return true;
 }
 
 void Bf16CodeTable(const float* code16, uint16_t* table32) {

@@ -16,10 +16,11 @@ void PackTileCodes(const uint8_t* B, int64_t K, int64_t t, uint8_t* codes, bool 
 // The inverse for a whole tile: its 16 rows' bitsandbytes bytes, row j at rows + j * K / 2.
 void UnpackTileCodes(const uint8_t* codes, int64_t K, int64_t t, uint8_t* rows);
 
-// The rows of a whole tile's sums (sums[r * 16 + j]), plus add[j] where add is not null, each rounded once to
-// dtype into out + r * ld (elements): true for float32 and bfloat16 (FloatToBF16's rule, every NaN 0x7FC0), false
-// for float16 (the caller's scalar loop: vcvtps2ph keeps a NaN's payload bits, FloatToHalf does not).
-bool StoreTileRows(DType dtype, const float* sums, int64_t rows, const float* add, void* out, int64_t ld);
+// The rows of a whole tile's sums (sums[r * sums_ld + j]), plus add[j] where add is not null, each rounded once to
+// dtype into out + r * ld (elements), as StoreFromFloat rounds them (FloatToBF16, FloatToHalf: every NaN the same
+// bits but its sign).
+void StoreTileRows(DType dtype, const float* sums, int64_t sums_ld, int64_t rows, const float* add, void* out,
+                   int64_t ld);
 
 // Each writes tile t's float32 sums for the rows of A: sums[r * 16 + j] for A's row r and the tile's row j.
 // table32: the 16 code values rounded to bfloat16, twice (vpermw reads 5 index bits): Bf16CodeTable.
@@ -70,6 +71,25 @@ void TileF32One(const float* a, const Packed4& w, const float* code16, int64_t t
 // M rows of float32 A, arranged as TileBf16Rows takes them: as TileF32One, each half run looked up once per pass of
 // up to 8 rows, each group's sums scaled in float32. sums holds 3 * 16 * M floats (the last 2 * 16 * M: work).
 void TileF32Rows(const float* a, int64_t M, const Packed4& w, const float* code16, int64_t t, float* sums);
+
+// The blocked float32 product (gemm4_blocked_x86.cc), for many rows of A: the weight dequantized (code value times
+// scale in float32, DequantizePacked4's values) a panel at a time, two tiles by up to kBlockedCols columns of K,
+// and multiplied into micro-blocks of kBlockedRows rows of A by float32 multiply-adds, as a dense product would
+// multiply a dequantized weight. kBlockedCols (gemm4_packed.h): the most columns of K a panel takes. Buffers
+// aligned to 64 bytes.
+//   - BlockedPanel: tiles t and t + 1 (tiles = 2; tiles = 1: t only, the second half zeros) over K's columns
+//     [k0, k0 + kc) (multiples of 64) into panel (kc * 32 floats): panel[k * 32 + 16 h + j] tile t + h's row j.
+//   - BlockedArrange: A's (M x K, `dtype`) rows [r0, r0 + rows) over the same columns, in float32, into a (rows
+//     rounded up to kBlockedRows, times kc, floats; the rows past r0 + rows zeros): micro-block b's column k at
+//     a + (b * kc + k) * kBlockedRows.
+//   - BlockedRows: the arranged rows times the panel into c (rows x 32 floats, row i at c + 32 i), added to c's
+//     values where `accumulate`.
+inline constexpr int64_t kBlockedRows = 12;
+void BlockedPanel(const Packed4& w, const float* code16, int64_t t, int64_t tiles, int64_t k0, int64_t kc,
+                  float* panel);
+void BlockedArrange(DType dtype, const void* A, int64_t K, int64_t r0, int64_t rows, int64_t k0, int64_t kc,
+                    float* a);
+void BlockedRows(const float* a, int64_t rows, const float* panel, int64_t kc, float* c, bool accumulate);
 
 // int8 activations (gemm4_packed.h's definition; the kernel needs AVX512-VNNI). QuantizeInt8 fills an
 // Int8Activations' q, step and offset from A (M x K, `dtype`) as the definition says. TileInt8Rows writes tile t's sums

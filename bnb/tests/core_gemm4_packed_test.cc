@@ -40,6 +40,12 @@ Weight RandomWeight(int64_t N, int64_t K, int64_t blocksize, std::mt19937& rng) 
   return w;
 }
 
+uint32_t BitsOf(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  return bits;
+}
+
 int CodeAt(const Weight& w, int64_t n, int64_t k) {
   const int64_t i = n * w.K + k;
   const uint8_t b = w.B[i / 2];
@@ -257,6 +263,83 @@ TEST_P(EveryIsa, PackedProductIsExactOnIntegerData) {
   }
   if (ActiveGemv4Kernel(DType::kFloat32, 128) != Gemv4Kernel::kHighway) {
     EXPECT_GT(ran, 0) << "the AVX-512 kernels did not run";
+  }
+}
+
+// The blocked product's definition (gemm4_packed.h): each weight code16[code] * absmax in float32, A's value in
+// float32, a sum from zero by fused multiply-adds over each kBlockedCols columns, those sums added in order, the
+// bias added in float32, one rounding to dtype.
+float BlockedScalar(DType dtype, const uint8_t* A, const Weight& w, const float* code16, const float* bias,
+                    int64_t r, int64_t n) {
+  float total = 0.0f;
+  for (int64_t k0 = 0; k0 < w.K; k0 += kBlockedCols) {
+    float part = 0.0f;
+    for (int64_t k = k0; k < std::min(w.K, k0 + kBlockedCols); ++k) {
+      const float value = code16[CodeAt(w, n, k)] * w.absmax[(n * w.K + k) / w.blocksize];
+      part = std::fma(LoadAsFloat(dtype, A, r * w.K + k), value, part);
+    }
+    total = k0 == 0 ? part : total + part;
+  }
+  return bias == nullptr ? total : total + bias[n];
+}
+
+// Normal data, NF4's values, scales that are not powers of two, an infinite scale: the blocked kernel is its
+// definition bit for bit (NaN where it is NaN), for rows that fill micro-blocks and rows that do not, blocks of
+// A's rows of unequal size, K that ends in a partial panel, tile counts odd and even split as threads split them,
+// in every dtype it takes.
+TEST_P(EveryIsa, BlockedProductIsItsDefinition) {
+  if (std::string(Gemm4PackedKernelName(DType::kFloat32, 24)) != "avx512-blocked") {
+    GTEST_SKIP() << "no blocked kernel under this cap";
+  }
+  const float* code16 = Code4(Quant4::kNF4).data();
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> scale(0.01f, 0.2f);
+  for (const auto& [N, K, bs, Ms] : {std::tuple<int64_t, int64_t, int64_t, std::vector<int64_t>>{
+                                         37, 320, 64, {24, 25, 36, 101, 530}},
+                                     {64, 1344, 64, {24, 47}}, {48, 1280, 128, {40}}, {16, 4096, 4096, {30}},
+                                     {200, 64, 64, {1030}}}) {
+    ASSERT_TRUE(Packed4Fits(N, K, bs));
+    Weight w = RandomWeight(N, K, bs, rng);
+    for (auto& s : w.absmax) s = scale(rng);
+    w.absmax[1] = INFINITY;  // row 0's second block (or row 1's first): infinities and NaN
+    std::vector<uint8_t> codes(Packed4CodeBytes(N, K));
+    std::vector<float> scales(Packed4ScaleCount(N, K, bs));
+    const int64_t tiles = Packed4Tiles(N);
+    Pack4(w.B.data(), w.absmax.data(), N, K, bs, codes.data(), scales.data(), 0, tiles);
+    const Packed4 packed{codes.data(), scales.data(), N, K, bs};
+    for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      for (const int64_t M : Ms) {
+        ASSERT_EQ(std::string(Gemm4PackedKernelName(dtype, M, false)), "avx512-blocked") << M;
+        std::vector<float> a(M * K), bias(N);
+        for (auto& v : a) v = normal(rng);
+        for (auto& v : bias) v = normal(rng);
+        const std::vector<uint8_t> A = Encode(dtype, a), bias_bytes = Encode(dtype, bias);
+        std::vector<float> bias_values(N);  // the bias as the kernel reads it
+        for (int64_t n = 0; n < N; ++n) bias_values[n] = LoadAsFloat(dtype, bias_bytes.data(), n);
+        const size_t size = DTypeSize(dtype);
+        for (const bool with_bias : {false, true}) {
+          std::vector<uint8_t> out(M * N * size), rounded(size);
+          const void* b = with_bias ? bias_bytes.data() : nullptr;
+          // Three calls, as threads split the tiles: one tile alone, an odd count, the rest.
+          const int64_t cut1 = std::min<int64_t>(1, tiles), cut2 = std::min<int64_t>(4, tiles);
+          Gemm4Packed(dtype, A.data(), M, packed, code16, b, out.data(), 0, cut1, false);
+          Gemm4Packed(dtype, A.data(), M, packed, code16, b, out.data(), cut1, cut2, false);
+          Gemm4Packed(dtype, A.data(), M, packed, code16, b, out.data(), cut2, tiles, false);
+          for (int64_t r = 0; r < M; ++r) {
+            for (int64_t n = 0; n < N; ++n) {
+              StoreFromFloat(dtype, rounded.data(), 0,
+                             BlockedScalar(dtype, A.data(), w, code16, with_bias ? bias_values.data() : nullptr, r, n));
+              const float want = LoadAsFloat(dtype, rounded.data(), 0), got = LoadAsFloat(dtype, out.data(), r * N + n);
+              if (std::isnan(want) && std::isnan(got)) continue;
+              ASSERT_EQ(BitsOf(got), BitsOf(want))
+                  << DTypeName(dtype) << " M " << M << " row " << r << " n " << n << " N " << N << " K " << K
+                  << " bias " << with_bias << ": " << got << " vs " << want;
+            }
+          }
+        }
+      }
+    }
   }
 }
 

@@ -232,7 +232,7 @@ struct Cpu {
       });
       return true;
     }
-    const int64_t slices = (M + max_rows - 1) / max_rows, rows = (M + slices - 1) / slices;
+    const int64_t slices = M / max_rows + (M % max_rows != 0), rows = (M + slices - 1) / slices;  // max: no bound
     for (int64_t r0 = 0; r0 < M; r0 += rows) {
       const int64_t m = std::min(rows, M - r0);
       const void* as = static_cast<const char*>(ap) + r0 * K * item;
