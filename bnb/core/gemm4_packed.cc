@@ -135,10 +135,11 @@ void AmxProduct(DType dtype, const void* A, int64_t M, const Packed4& w, const f
 }
 #endif
 
-#if BNB_GEMV4_X86
 // Rows of A per block of the blocked product (at most; blocks of equal size): its arranged columns (kBlockedCols
 // of each row: 512 KB) stay in L2 while a thread's panels pass over them; each block dequantizes the weight once.
 constexpr int64_t kBlockedBlockRows = 512;
+
+#if BNB_GEMV4_X86
 // The most bytes of sums a thread keeps (128 a row per pair of tiles, in L3 between a panel's passes): a wider
 // share of the weight runs as groups of tile pairs, each arranging the block's A again (~1.5% of the product's
 // time at 512 rows and 2048 columns a group).
@@ -149,7 +150,6 @@ constexpr int64_t kBlockedSumsBytes = int64_t{4} << 20;
 // its sums; the sums rounded into out once the group has all of K.
 void BlockedProduct(DType dtype, const void* A, int64_t M, const Packed4& w, const float* code16, const void* bias,
                     void* out, int64_t t0, int64_t t1) {
-  using packed4_x86::kBlockedRows;
   const int64_t blocks = (M + kBlockedBlockRows - 1) / kBlockedBlockRows, block_rows = (M + blocks - 1) / blocks;
   const int64_t padded = (block_rows + kBlockedRows - 1) / kBlockedRows * kBlockedRows;
   const int64_t strip_floats = padded * 32;  // one tile pair's sums
@@ -360,6 +360,30 @@ int64_t Gemm4PackedDenseFrom(DType dtype, bool bf16_products) {
   // never (the blocked kernel ran 0.94-1.04x torch's float32 and float16 products at 128-1024 rows, the dense path
   // 1.05-1.21x: 'Blocked float32 product').
   return Choose(dtype, bf16_products) == PackedKernel::kBf16 ? 2 * kMaxBf16Rows + 1 : 0;
+}
+
+Packed4Split Gemm4PackedSplit(DType dtype, int64_t M, int64_t N, int64_t tasks, bool bf16_products) {
+  const int64_t tiles = Packed4Tiles(N);
+  tasks = std::max<int64_t>(1, std::min(tasks, tiles));
+  Packed4Split best{1, M, tasks};
+  if (Choose(dtype, M, bf16_products) != PackedKernel::kF32Blocked) return best;
+  // A task's time per column of K, in ns (gemm4_packed.h): its share of the products, of the arranging and of the
+  // panels (once per block of its rows); the slowest task's counts.
+  const auto cost = [](int64_t rows, int64_t cols) {
+    const double blocks = static_cast<double>((rows + kBlockedBlockRows - 1) / kBlockedBlockRows);
+    return static_cast<double>(rows) * (static_cast<double>(cols) * 0.0125 + 0.37) + blocks * cols * 0.09;
+  };
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (int64_t parts = 1; parts <= tasks; ++parts) {
+    const int64_t tile_parts = tasks / parts;
+    // Slices of whole micro-blocks where there are enough rows.
+    const int64_t rows = (M + parts - 1) / parts, row_rows = std::min(M, (rows + kBlockedRows - 1) / kBlockedRows *
+                                                                             kBlockedRows);
+    const int64_t cols = (tiles + tile_parts - 1) / tile_parts * kPackRows;
+    const double c = cost(row_rows, cols);
+    if (c < best_cost) best_cost = c, best = Packed4Split{(M + row_rows - 1) / row_rows, row_rows, tile_parts};
+  }
+  return best;
 }
 
 bool Gemm4PackedRuns(DType dtype, int64_t M, bool bf16_products) {

@@ -23,7 +23,9 @@ namespace bnb::core {
 inline constexpr int64_t kPackRows = 16;   // rows per tile
 inline constexpr int64_t kPackCols = 64;   // columns per group
 inline constexpr int64_t kPackGroupBytes = kPackRows * kPackCols / 2;
-inline constexpr int64_t kBlockedCols = 256;  // columns of K per partial sum of the blocked product (Gemm4Packed)
+// The blocked product (Gemm4Packed): columns of K per partial sum, rows of A per micro-block.
+inline constexpr int64_t kBlockedCols = 256;
+inline constexpr int64_t kBlockedRows = 12;
 
 // The shapes the layout takes: K a positive multiple of 64, blocksize a power of two >= 64 dividing K, N >= 1.
 bool Packed4Fits(int64_t N, int64_t K, int64_t blocksize);
@@ -69,6 +71,16 @@ const char* Gemm4PackedKernelName(DType dtype, int64_t M, bool bf16_products = t
 // it takes any); callers with more run it on slices of A's rows (the weight read once per slice: as fast as
 // dequantize + matmul there).
 int64_t Gemm4PackedMaxRows(DType dtype, bool bf16_products = true);
+
+// How a product of M rows of A by N rows of W splits over `tasks` threads: row_parts slices of A's rows (row_rows
+// rows each, the last the rest) times tile_parts equal ranges of W's tiles. Only the blocked kernel splits rows: each
+// task arranges its rows of A over all of K once (~0.37 ns an element here) and dequantizes its tiles once per
+// slice (~0.09 ns a weight, its codes read included) beside ~0.0125 ns a multiply-add, so with many threads and few
+// tiles each, slices of rows cost less than the arranging every thread repeats; other kernels take one slice.
+struct Packed4Split {
+  int64_t row_parts, row_rows, tile_parts;
+};
+Packed4Split Gemm4PackedSplit(DType dtype, int64_t M, int64_t N, int64_t tasks, bool bf16_products = true);
 
 // out[r, n] = sum_k A[r, k] * W[n, k] (+ bias[n]) for the M rows of A (row-major, K apart, `dtype`) and W's rows in
 // tiles [t0, t1) (those below N), out row-major (N apart) and bias (N values or null) in `dtype`; each output

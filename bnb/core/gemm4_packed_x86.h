@@ -75,8 +75,7 @@ void TileF32Rows(const float* a, int64_t M, const Packed4& w, const float* code1
 // The blocked float32 product (gemm4_blocked_x86.cc), for many rows of A: the weight dequantized (code value times
 // scale in float32, DequantizePacked4's values) a panel at a time, two tiles by up to kBlockedCols columns of K,
 // and multiplied into micro-blocks of kBlockedRows rows of A by float32 multiply-adds, as a dense product would
-// multiply a dequantized weight. kBlockedCols (gemm4_packed.h): the most columns of K a panel takes. Buffers
-// aligned to 64 bytes.
+// multiply a dequantized weight. kBlockedCols and kBlockedRows: gemm4_packed.h. Buffers aligned to 64 bytes.
 //   - BlockedPanel: tiles t and t + 1 (tiles = 2; tiles = 1: t only, the second half zeros) over K's columns
 //     [k0, k0 + kc) (multiples of 64) into panel (kc * 32 floats): panel[k * 32 + 16 h + j] tile t + h's row j.
 //   - BlockedArrange: A's (M x K, `dtype`) rows [r0, r0 + rows) over the same columns, in float32, into a (rows
@@ -84,7 +83,6 @@ void TileF32Rows(const float* a, int64_t M, const Packed4& w, const float* code1
 //     a + (b * kc + k) * kBlockedRows.
 //   - BlockedRows: the arranged rows times the panel into c (rows x 32 floats, row i at c + 32 i), added to c's
 //     values where `accumulate`.
-inline constexpr int64_t kBlockedRows = 12;
 void BlockedPanel(const Packed4& w, const float* code16, int64_t t, int64_t tiles, int64_t k0, int64_t kc,
                   float* panel);
 void BlockedArrange(DType dtype, const void* A, int64_t K, int64_t r0, int64_t rows, int64_t k0, int64_t kc,

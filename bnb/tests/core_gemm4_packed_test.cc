@@ -345,6 +345,36 @@ TEST_P(EveryIsa, BlockedProductIsItsDefinition) {
   }
 }
 
+// The split of a product over threads: every row and tile in exactly one task, at most `tasks` tasks; one slice of
+// rows for the other kernels and where tiles are plentiful, slices of rows where they are few.
+TEST(Gemm4PackedSplit, CoversTheProductInAtMostTasks) {
+  const bool blocked = std::string(Gemm4PackedKernelName(DType::kFloat32, 24)) == "avx512-blocked";
+  for (const int64_t M : {1, 5, 24, 100, 512, 600, 2048}) {
+    for (const int64_t N : {16, 64, 1000, 4096, 14336}) {
+      for (const int64_t tasks : {1, 2, 3, 16, 64}) {
+        for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+          const Packed4Split s = Gemm4PackedSplit(dtype, M, N, tasks);
+          const std::string where = "M " + std::to_string(M) + " N " + std::to_string(N) + " tasks " +
+                                    std::to_string(tasks) + " " + std::string(DTypeName(dtype));
+          ASSERT_GE(s.row_parts, 1) << where;
+          ASSERT_GE(s.tile_parts, 1) << where;
+          ASSERT_LE(s.row_parts * s.tile_parts, tasks) << where;
+          ASSERT_LE(s.tile_parts, Packed4Tiles(N)) << where;
+          ASSERT_GE(s.row_parts * s.row_rows, M) << where;  // every row in a slice, no slice empty
+          ASSERT_LT((s.row_parts - 1) * s.row_rows, M) << where;
+          if (s.row_parts > 1) ASSERT_EQ(std::string(Gemm4PackedKernelName(dtype, M)), "avx512-blocked") << where;
+        }
+      }
+    }
+  }
+  if (!blocked) GTEST_SKIP() << "no blocked kernel under this cap: one slice of rows everywhere (checked)";
+  EXPECT_EQ(Gemm4PackedSplit(DType::kFloat32, 512, 4096, 2).row_parts, 1);  // 128 tiles a thread
+  EXPECT_EQ(Gemm4PackedSplit(DType::kFloat32, 512, 4096, 2).tile_parts, 2);
+  const Packed4Split few = Gemm4PackedSplit(DType::kFloat32, 512, 1024, 16);  // 4 tiles a thread by tiles alone
+  EXPECT_GT(few.row_parts, 1);
+  EXPECT_EQ(few.row_rows % kBlockedRows, 0);  // whole micro-blocks
+}
+
 // The int8-activation product's definition (gemm4_packed.h), element by element on bitsandbytes' layout.
 float Int8RowScalar(DType dtype, const uint8_t* A, const Weight& w, const float* code16, int64_t r, int64_t n) {
   float acc = 0.0f;

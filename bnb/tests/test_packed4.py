@@ -104,6 +104,31 @@ def test_product_is_as_exact_as_the_reference(dtype, M, amx):
         assert torch.equal(got, want)
 
 
+@pytest.mark.skipif(not _C.gemm4_packed_runs("float32", 1) or _C.gemm4_packed_kernel("float32", 600) == "avx512",
+                    reason="no blocked float32 kernel under this cap")
+def test_threads_split_rows_for_few_tiles_bit_for_bit():
+    # 4 tiles and 600 rows: two threads take a slice of rows each (Gemm4PackedSplit), not two tiles each; every
+    # row's sums are the same whatever the split (the blocked kernel's definition), so one thread's result is the bits.
+    N, K, bs = 64, 320, 64
+    B, absmax = weight(N, K, bs, seed=3)
+    codes, scales = torch.ops.bnb.pack_4bit(B, [N, K], absmax, bs)
+    A = torch.randn(600, K, generator=torch.Generator().manual_seed(4))
+    bias = torch.randn(N, generator=torch.Generator().manual_seed(5))
+    code = ref.code4("nf4")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = torch.ops.bnb.gemm_4bit_packed(A, codes, scales, [N, K], bs, code, bias)
+        torch.set_num_threads(2)
+        two = torch.ops.bnb.gemm_4bit_packed(A, codes, scales, [N, K], bs, code, bias)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+    want = ref.gemm_4bit_packed(A, codes, scales, [N, K], bs, code, bias)
+    exact = A.double() @ ref.dequantize_with_code(B, absmax, code, bs, [N, K], torch.float64).T + bias.double()
+    assert (two.double() - exact).abs().mean() <= 1.05 * (want.double() - exact).abs().mean()
+
+
 def test_bad_arguments_name_what_is_wrong():
     B, absmax = weight(8, 96, 32)
     with pytest.raises(RuntimeError, match=r"pack_4bit: the packed layout takes K \(96\) a multiple of 64"):

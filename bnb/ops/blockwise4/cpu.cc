@@ -191,9 +191,10 @@ struct Cpu {
   }
 
   // The packed product where bnb/core has a kernel for A's dtype (core::Gemm4PackedMaxRows, or
-  // core::Gemm4PackedInt8Runs with int8 activations, which are quantized once per call), tiles split over threads;
-  // more rows than one call of the kernel takes run as slices of A's rows of equal size, one after another, or,
-  // from core::Gemm4PackedDenseFrom rows, the weight is dequantized in bands and multiplied by addmm.
+  // core::Gemm4PackedInt8Runs with int8 activations, which are quantized once per call), tiles split over threads
+  // (the blocked kernel: slices of rows times ranges of tiles, as core::Gemm4PackedSplit says); more rows than one
+  // call of the kernel takes run as slices of A's rows of equal size, one after another, or, from
+  // core::Gemm4PackedDenseFrom rows, the weight is dequantized in bands and multiplied by addmm.
   static bool GemmPacked(const char* op, const at::Tensor& A, const at::Tensor& codes, const at::Tensor& scales,
                          int64_t N, int64_t K, int64_t blocksize, const at::Tensor& code,
                          const c10::optional<at::Tensor>& bias, bool int8_activations, at::Tensor& out) {
@@ -229,6 +230,22 @@ struct Cpu {
       const core::Int8Activations act = core::QuantizeActivationsInt8(dtype, ap, M, K);
       ParallelOverBlocks(op, core::Packed4Tiles(N), core::kPackRows * K * M, [&](int64_t t0, int64_t t1) {
         core::Gemm4PackedInt8(dtype, act, w, values.data(), biasp, outp, t0, t1);
+      });
+      return true;
+    }
+    const int64_t tasks = settings->threads > 0 ? std::min<int64_t>(settings->threads, at::get_num_threads())
+                                                : at::get_num_threads();
+    const core::Packed4Split split = core::Gemm4PackedSplit(dtype, M, N, tasks, bf16_products);
+    if (split.row_parts > 1) {  // tasks over slices of rows and ranges of tiles (only where one call takes all rows)
+      const int64_t tiles = core::Packed4Tiles(N), per = (tiles + split.tile_parts - 1) / split.tile_parts;
+      at::parallel_for(0, split.row_parts * split.tile_parts, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t task = begin; task < end; ++task) {
+          const int64_t r0 = task / split.tile_parts * split.row_rows, m = std::min(split.row_rows, M - r0);
+          const int64_t t0 = task % split.tile_parts * per, t1 = std::min(tiles, t0 + per);
+          if (m <= 0 || t0 >= t1) continue;
+          core::Gemm4Packed(dtype, static_cast<const char*>(ap) + r0 * K * item, m, w, cp, biasp,
+                            static_cast<char*>(outp) + r0 * N * item, t0, t1, bf16_products);
+        }
       });
       return true;
     }
