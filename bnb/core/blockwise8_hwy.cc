@@ -43,9 +43,11 @@ HWY_INLINE void RunStreamedIf(bool stream, const Run& run) {
   }
 }
 
-// float16 blocks scaled without a division (F16Quotient, exact for float16) where that measured faster: AVX-512 on
-// Intel (its 8-bit quantize runs there alone), whose vdivps issues every ~10 cycles: ~13% faster at blocksize 256
-// and 4096 (tools/bench/NOTES.md, 'float16 8-bit quantize: the quotient by products').
+// float16 blocks scaled without a division (QuotientByProducts, exact for float16 with no guard) where that
+// measured faster: AVX-512 on Intel (its 8-bit quantize runs there alone), whose vdivps issues every ~10 cycles:
+// ~13% faster at blocksize 256 and 4096 (tools/bench/NOTES.md, 'float16 8-bit quantize: the quotient by products').
+// float32 and bfloat16, which need the guard, measured slower by it: the division overlaps the lookups ('The 8-bit
+// optimizer step: the bias correction by products').
 constexpr bool kF16QuotientByProducts = HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL;
 
 // Codes of block [lo, hi) of x, whose absmax is amax, by `coder` (and the scalar rule for the last elements);
@@ -68,8 +70,7 @@ HWY_INLINE void CodeBlock(const void* x, const Coder& coder, int64_t lo, int64_t
     const auto scaled = [&](int64_t j) {
       const VF v = LoadF32<kT>(x, j);
       if constexpr (kByProducts) {
-        const VF q0 = hn::Mul(v, vinverse);  // F16Quotient (f16_quotient.h), a vector at a time
-        return hn::CopySign(hn::MulAdd(hn::NegMulAdd(q0, vscale, v), vinverse, q0), v);
+        return QuotientByProducts</*kGuarded=*/false>(v, vscale, vinverse);
       } else {
         return hn::Div(v, vscale);
       }

@@ -17,6 +17,7 @@
 #include "bnb/core/bf16_codes.h"
 #include "bnb/core/blockwise8.h"
 #include "bnb/core/dtype.h"
+#include "bnb/core/quotient.h"
 #include "bnb/core/stream_stores.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -43,6 +44,25 @@ constexpr bool kNativeHalf = true;
 #else
 constexpr bool kNativeHalf = false;
 #endif
+
+// x / a rounded, without a division where quotient.h claims the products (QuotientByProducts; inverse = 1 / a
+// rounded, every lane). kGuarded: the lanes QuotientTakesDivision names take the true division (a within
+// [kQuotientTiny, kQuotientHuge], which the caller checks once; a vector with none pays four comparisons); without,
+// none do (float16 pairs, checked exhaustively). Only for targets with fused multiply-adds (AVX2 and up), which the
+// exactness needs.
+template <bool kGuarded>
+HWY_INLINE VF QuotientByProducts(VF x, VF a, VF inverse) {
+  const DF df;
+  const VF q0 = hn::Mul(x, inverse);
+  const VF q = hn::CopySign(hn::MulAdd(hn::NegMulAdd(q0, a, x), inverse, q0), x);
+  if constexpr (!kGuarded) {
+    return q;
+  } else {
+    const auto tiny = hn::Lt(hn::Min(hn::Abs(x), hn::Abs(q0)), hn::Set(df, kQuotientTiny));
+    const auto divide = hn::Or(hn::Not(hn::IsFinite(q)), hn::AndNot(hn::Eq(x, hn::Zero(df)), tiny));
+    return HWY_UNLIKELY(!hn::AllFalse(df, divide)) ? hn::IfThenElse(divide, hn::Div(x, a), q) : q;
+  }
+}
 
 // Lanes(DF) elements of `kT` at base[i], widened exactly to float.
 template <DType kT>

@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "bnb/core/blockwise8.h"
+#include "bnb/core/cpu_isa.h"
+#include "bnb/core/quotient.h"
 
 namespace bnb::core {
 
@@ -55,6 +57,11 @@ OptimStep MakeOptimStep(OptimRule rule, bool eight_bit, double beta1, double bet
   s.adam_neg_lr_c1 = f(-lr / c1);
   s.c1 = f(c1);
   s.c2 = f(c2);
+  // Measured on Intel only (its divider also takes the square root): elsewhere the kernels divide.
+  static const bool intel = CpuIsIntel();
+  const auto inverse = [](float c) { return intel && c >= kQuotientTiny && c <= kQuotientHuge ? 1.0f / c : 0.0f; };
+  s.c1_inverse = inverse(s.c1);
+  s.c2_inverse = inverse(s.c2);
   s.inv_c1 = f(1.0 / c1);
   s.inv_c2_squared = f(1.0 / c2_squared);
   return s;

@@ -41,6 +41,9 @@ struct OptimStep {
   float adam_step_size, adam_eps_c2;  // 32-bit adam: -lr * c2 / c1 and eps * c2
   float adam_neg_lr_c1;               // 8-bit adam: -lr / c1
   float c1, c2;                       // 1 - beta1^step, sqrt(1 - beta2^step)
+  // 1.0f / c1 and 1.0f / c2 (from the float32 c1, c2) on Intel, where c1, c2 lie within [kQuotientTiny,
+  // kQuotientHuge] (quotient.h): the AVX-512 kernels divide by them as QuotientByProducts; else 0, and they divide.
+  float c1_inverse, c2_inverse;
   float inv_c1, inv_c2_squared;       // the trust ratio's bias corrections: 1 / c1, 1 / (1 - beta2^step)
   float clip = 1.0f;                  // the trust ratio (32-bit lamb / lars), set by the caller
 };

@@ -109,6 +109,45 @@ TEST_P(EveryIsa, EqualsScalarExactly) {
   }
 }
 
+// Quotients at the ends of float32's range: blocks whose absmax lies outside [2^-100, 2^100], elements below 2^-100
+// or whose quotient is, subnormals, zeros of both signs (where a division by products would need its guard,
+// quotient.h); a codebook of powers of two down to 2^-126, so a quotient an ulp off anywhere in that range changes a
+// code. float32 and bfloat16.
+TEST_P(EveryIsa, TinyAndHugeQuotientsEqualScalar) {
+  std::vector<float> code(256, 0.0f);
+  for (int k = 0; k < 127; ++k) code[2 * k] = std::ldexp(1.0f, -k), code[2 * k + 1] = -std::ldexp(1.0f, -k);
+  const PreparedCodebook cb = *PrepareCodebook(code.data(), 256);
+  std::mt19937 rng(21);
+  std::uniform_int_distribution<int> exponent(-149, 127);
+  std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+  const int64_t bs = 64;
+  std::vector<float> x;
+  const auto block = [&](float absmax, int lo, int hi) {  // absmax first, then elements 2^lo .. 2^hi at random
+    x.push_back(absmax);
+    std::uniform_int_distribution<int> e(lo, hi);
+    for (int64_t i = 1; i < bs; ++i) {
+      const float v = i % 9 == 0 ? 0.0f : i % 13 == 0 ? -0.0f : std::ldexp(mantissa(rng), e(rng));
+      x.push_back(i % 2 ? -v : v);
+    }
+  };
+  block(0x1.8p+126f, -149, 0);     // quotients down past the subnormals
+  block(0x1.8p+101f, -60, 90);     // absmax above 2^100
+  block(0x1.3p-101f, -149, -102);  // absmax below 2^-100
+  block(1.7f, -110, -95);          // elements around 2^-100
+  block(0x1p-90f, -149, -91);      // a tiny block: residuals near the subnormals
+  for (int k = 0; k < 200; ++k) {  // random exponents everywhere
+    const int top = exponent(rng);
+    block(std::ldexp(mantissa(rng), top), -149, top - 1);
+  }
+  const int64_t n = static_cast<int64_t>(x.size());
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const auto data = Encode(dtype, x);
+    const BothQuantized q = QuantizeBoth(dtype, data.data(), n, bs, cb);
+    ASSERT_EQ(q.codes, q.codes_ref);
+  }
+}
+
 // Blocks larger than 4096 (the CPU kernels take them, as bitsandbytes' CPU path does): bfloat16 ones go by their
 // tables kMaxBlocksize elements at a time; a ragged last block, special values and a thread's sub-range.
 TEST_P(EveryIsa, LargeBlocksEqualScalar) {
