@@ -33,8 +33,9 @@ namespace {
 // (tools/bench/NOTES.md, 'AMX').
 // kF32Blocked: where the float32 one would run, from kBlockedFromRows rows of A: a dense product's blocking, which
 // reads each code once per block of A's rows and multiplies at ~95% of the FMA ceiling, where the float32 kernel
-// looks each up once per 8 rows (its FMAs ~78% of its operations); from 24 rows it beat it, and from 64 rows torch's
-// float32 and float16 products too (tools/bench/NOTES.md, 'Blocked float32 product').
+// looks each up once per 8 rows (its FMAs ~78% of its operations); from 24 rows it beat it, and at 128-512 rows it
+// took 0.84-1.05x the time of torch's float32 and float16 products (tools/bench/NOTES.md, 'Blocked float32
+// product').
 enum class PackedKernel { kNone, kBf16, kAmx, kF32, kF32Blocked };
 constexpr int64_t kAmxFromRows = 3;
 constexpr int64_t kBlockedFromRows = 24;

@@ -161,7 +161,8 @@ PYBIND11_MODULE(_C, m) {
                                                         settings.gemv_bf16_products));
   }, py::arg("dtype"), py::arg("M"),
   "The CPU kernel gemm_4bit_packed runs for M rows of A of this dtype (one call; more rows run as slices): amx, "
-  "avx512bf16, avx512 or none, after the cpu.isa cap, cpu.amx and cpu.gemv_bf16_products.");
+  "avx512bf16, avx512, avx512-blocked (float32 products from 24 rows) or none, after the cpu.isa cap, cpu.amx and "
+  "cpu.gemv_bf16_products.");
   m.def("output_cache_stats", [] {
     const bnb::ops::OutputCacheStats s = bnb::ops::GetOutputCacheStats();
     py::dict d;
