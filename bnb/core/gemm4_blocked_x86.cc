@@ -25,6 +25,8 @@
 namespace bnb::core::packed4_x86 {
 namespace {
 
+#include "bnb/core/gemm4_packed_x86-inl.h"  // Load16AsF32
+
 constexpr int64_t kMr = kBlockedRows;
 
 // R rows of a micro-block against a panel over kc columns, into c (R rows of 32 sums, 32 apart): 2R accumulators,
@@ -56,14 +58,6 @@ BNB_TARGET_AVX512 void MicroTile(const float* a, const float* panel, int64_t kc,
 // The code values of 16 lanes' low 4 bits times their rows' scales.
 BNB_TARGET_AVX512 inline __m512 Value(__m512i idx, __m512 table, __m512 scales) {
   return _mm512_mul_ps(_mm512_permutexvar_ps(idx, table), scales);
-}
-
-// 16 values of A from element `at` (kc is a multiple of 64: whole vectors), in float32.
-BNB_TARGET_AVX512 inline __m512 Columns16(DType dtype, const void* A, int64_t at) {
-  if (dtype == DType::kFloat32) return _mm512_loadu_ps(static_cast<const float*>(A) + at);
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(A) + at));
-  if (dtype == DType::kFloat16) return _mm512_cvtph_ps(h);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));  // bfloat16: its bits, shifted
 }
 
 using MicroFn = void (*)(const float*, const float*, int64_t, float*, bool);
@@ -110,7 +104,7 @@ BNB_TARGET_AVX512 void BlockedArrange(DType dtype, const void* A, int64_t K, int
     float* dst = a + i / kMr * kc * kMr + i % kMr;
     for (int64_t k = 0; k < kc; k += 16) {
       __m512 v[4];
-      for (int64_t q = 0; q < 4; ++q) v[q] = i + q < rows ? Columns16(dtype, A, (r0 + i + q) * K + k0 + k)
+      for (int64_t q = 0; q < 4; ++q) v[q] = i + q < rows ? Load16AsF32(dtype, A, (r0 + i + q) * K + k0 + k)
                                                           : _mm512_setzero_ps();
       const __m512 lo01 = _mm512_unpacklo_ps(v[0], v[1]), hi01 = _mm512_unpackhi_ps(v[0], v[1]);
       const __m512 lo23 = _mm512_unpacklo_ps(v[2], v[3]), hi23 = _mm512_unpackhi_ps(v[2], v[3]);

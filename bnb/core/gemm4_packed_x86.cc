@@ -380,18 +380,6 @@ BNB_TARGET_AVX512 void TileF32Rows(const float* a, int64_t M, const Packed4& w, 
 
 namespace {
 
-// 16 values of A (`dtype`) from element i, as float32.
-BNB_TARGET_AVX512 inline __m512 Load16AsF32(DType dtype, const void* A, int64_t i) {
-  const auto* a16 = reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(A) + i);
-  switch (dtype) {
-    case DType::kFloat32: return _mm512_loadu_ps(static_cast<const float*>(A) + i);
-    case DType::kBFloat16:
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(a16)), 16));
-    case DType::kFloat16: return _mm512_cvtph_ps(_mm256_loadu_si256(a16));
-  }
-  return _mm512_setzero_ps();
-}
-
 // R rows of int8 activations (group g's rows at q, step, offset) against one group of a tile (its runs at run, its
 // block scales sv), added to the rows' sums. A run widened to 32-bit lanes holds row j's bytes b(2j), b(2j + 1) in
 // lane j; moving its nibbles 1 and 3 up 12 bits and masking puts the lane's four codes in the activations' column
