@@ -87,7 +87,8 @@ def test_products_are_the_tiled_kernels_at_any_rows(dtype, rows):
     if 0 < dense_from <= rows:  # the weight dequantized, then addmm
         W = F.dequantize_4bit(B, state).to(dtype)  # the same values: code * scale in float32, rounded once
         assert torch.equal(got, torch.addmm(bias, x, W.t()))
-    else:  # more rows than one kernel call takes: equal slices, each the kernel's call on those rows, bit for bit
+    else:  # equal slices of at most `cap` rows, each the kernel's call on those rows, bit for bit (more rows than
+        # one bfloat16 call takes run as such slices; float32 products take any rows, each row's sums alone)
         slices = -(-rows // cap)
         size = -(-rows // slices)
         sliced = torch.cat([torch.ops.bnb.gemm_4bit_packed(x[r:r + size], codes, scales, [72, 256], 64,
