@@ -16,7 +16,8 @@ bool DequantizeF32(const uint8_t* codes, const float* absmax, const float* value
                    float* out);
 
 // The same into bfloat16 or float16 outputs (dtype), each rounded as the Highway kernels round (false, writing
-// nothing, for float32 outputs or without AVX512-VBMI).
+// nothing, for float32 outputs or without AVX512-VBMI); bfloat16 blocks below 512 by AVX512-BF16's conversion where
+// the CPU has it and it rounds every product of the range alike.
 bool Dequantize16(DType dtype, const uint8_t* codes, const float* absmax, const float* values,
                   const Blockwise8Range& r, void* out);
 
