@@ -41,7 +41,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 struct BucketCoder {
   const PreparedCodebook& cb;
 
-  HWY_INLINE void Store(VF v, uint8_t* out) const {
+  // The codes of v's lanes, and each lane's bucket threshold (kSearch: the lane needs the search).
+  HWY_INLINE VI Codes(VF v, VI& threshold) const {
     using P = PreparedCodebook;
     const DI di;
     const DU32 du32;
@@ -50,11 +51,16 @@ struct BucketCoder {
     const auto key = hn::BitCast(di, hn::And(bits, hn::Set(du32, P::kKeyMask)));
     const auto e = hn::GatherIndex(di, cb.buckets.data(), bucket);
     const auto byte = hn::Set(di, 0xFF);  // the shifts are arithmetic: mask off the sign
-    const auto threshold = hn::And(e, hn::Set(di, 0xFFFF));
+    threshold = hn::And(e, hn::Set(di, 0xFFFF));
     const auto high = hn::Gt(key, hn::Sub(threshold, hn::Set(di, 1)));  // key >= threshold
-    const auto code = hn::IfThenElse(high, hn::And(hn::ShiftRight<24>(e), byte), hn::And(hn::ShiftRight<16>(e), byte));
-    hn::StoreU(hn::DemoteTo(DU8(), code), DU8(), out);
-    if (HWY_UNLIKELY(cb.needs_search) && !hn::AllFalse(di, hn::Eq(threshold, hn::Set(di, P::kSearch)))) {
+    return hn::IfThenElse(high, hn::And(hn::ShiftRight<24>(e), byte), hn::And(hn::ShiftRight<16>(e), byte));
+  }
+
+  HWY_INLINE void Store(VF v, uint8_t* out) const {
+    VI threshold;
+    hn::StoreU(hn::DemoteTo(DU8(), Codes(v, threshold)), DU8(), out);
+    if (HWY_UNLIKELY(cb.needs_search) &&
+        !hn::AllFalse(DI(), hn::Eq(threshold, hn::Set(DI(), PreparedCodebook::kSearch)))) {
       Redo(cb, v, out);
     }
   }
@@ -66,6 +72,19 @@ struct BucketCoder {
     Store(v2, out + 2 * N);
     Store(v3, out + 3 * N);
   }
+
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  // Store4's 64 codes by one streaming store (out 64-byte aligned; the caller flushes), for codebooks whose buckets
+  // never need the search.
+  HWY_INLINE void Stream4(VF v0, VF v1, VF v2, VF v3, uint8_t* out) const {
+    VI unused;
+    __m512i all = _mm512_castsi128_si512(_mm512_cvtepi32_epi8(Codes(v0, unused).raw));
+    all = _mm512_inserti32x4(all, _mm512_cvtepi32_epi8(Codes(v1, unused).raw), 1);
+    all = _mm512_inserti32x4(all, _mm512_cvtepi32_epi8(Codes(v2, unused).raw), 2);
+    all = _mm512_inserti32x4(all, _mm512_cvtepi32_epi8(Codes(v3, unused).raw), 3);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(out), all);
+  }
+#endif
 
   static HWY_NOINLINE void Redo(const PreparedCodebook& cb, VF v, uint8_t* out) {
     HWY_ALIGN float vs[hn::MaxLanes(DF())];

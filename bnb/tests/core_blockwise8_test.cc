@@ -398,7 +398,8 @@ TEST_P(EveryIsa, LargeAlignedOutputsEqualScalar) {
 
 // Quantizing input of kStreamFromBytes and more moved into 64-byte aligned codes streams the codes: bfloat16's of the blocks
 // coded by table (blocks that are searched - zeros, NaN, inf among the special values - store theirs plainly in
-// between), float32's and float16's of whole groups of four vectors (HalfBuckets on x86).
+// between), float32's and float16's of whole groups of four vectors (HalfBuckets on x86; BucketCoder's Stream4 on
+// Intel's AVX-512, bfloat16's blocks of 64 too).
 TEST_P(EveryIsa, LargeAlignedCodesEqualScalar) {
   const PreparedCodebook cb = DynamicCodebook();
   for (DType dtype : {DType::kBFloat16, DType::kFloat32, DType::kFloat16}) {
