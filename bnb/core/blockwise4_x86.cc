@@ -19,11 +19,6 @@ namespace bnb::core::blockwise4_x86 {
 #if BNB_GEMV4_X86
 namespace {
 
-// How many elements ahead of its reads Run prefetches the packed codes (half a byte an element, a thin stream
-// beside the outputs): 2 threads 5-20% faster, one 2-4% (tools/bench/NOTES.md, 'Dequantize: the codes
-// prefetched').
-constexpr int64_t kCodesAhead = 4096;
-
 #define BNB_TARGET_AVX512BW __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq")))
 
 // A block's 16 outputs (code16 * absmax, rounded) as two byte planes, each in all four 128-bit lanes; then 64

@@ -21,11 +21,6 @@ namespace {
 // and Run's float32 lookup, product and rounding take them).
 constexpr int64_t kTableFrom = 512;
 
-// How far ahead of their reads Run and Run16 prefetch the codes: one byte an element, a thin stream beside the
-// outputs, which the hardware prefetcher alone left behind (16-bit outputs 12-40% faster, float32 at two threads
-// 15-25%, one thread even: tools/bench/NOTES.md, 'Dequantize: the codes prefetched').
-constexpr int64_t kCodesAhead = 4096;
-
 // Run's attribute: AVX512-VBMI, and AVX512-BF16 for its kNative instantiations, the only ones that emit a BF16
 // instruction (vcvtne2ps2bf16, by intrinsic); they run where HasAvx512Bf16() alone.
 #define BNB_TARGET_AVX512VBMI_BF16 \
