@@ -233,8 +233,7 @@ struct Cpu {
       });
       return true;
     }
-    const int64_t tasks = settings->threads > 0 ? std::min<int64_t>(settings->threads, at::get_num_threads())
-                                                : at::get_num_threads();
+    const int64_t tasks = CpuTasks(*settings);
     const core::Packed4Split split = core::Gemm4PackedSplit(dtype, M, N, tasks, bf16_products);
     if (split.row_parts > 1) {  // tasks over slices of rows and ranges of tiles (only where one call takes all rows)
       const int64_t tiles = core::Packed4Tiles(N), per = (tiles + split.tile_parts - 1) / split.tile_parts;

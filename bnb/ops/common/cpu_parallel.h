@@ -15,6 +15,13 @@ namespace bnb::ops {
 // cpu.grain_elements is sized for. Figures: tools/bench/NOTES.md, 'Task grain'.
 inline constexpr int64_t kQuantizeCost = 4;
 
+// The most tasks a kernel that splits its own work should make: torch's pool size (torch.set_num_threads), capped by
+// cpu.threads where that knob is set. ParallelOverBlocks applies the same cap through its grain.
+inline int64_t CpuTasks(const bnb::core::CpuSettings& s) {
+  const int64_t pool = std::max<int64_t>(1, at::get_num_threads());
+  return s.threads > 0 ? std::min<int64_t>(s.threads, pool) : pool;
+}
+
 // Calls fn(block_begin, block_end) over [0, num_blocks) on torch's pool (so torch.set_num_threads holds), with
 // at least cpu.grain_elements elements per task and at most cpu.threads tasks when that knob is set. The knob is
 // sized for the codecs' work per element; `cost`, how many times that an element of this kernel costs, divides it,

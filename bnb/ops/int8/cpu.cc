@@ -60,9 +60,8 @@ struct ProductTasks {
   ProductTasks(const char* op, int64_t M, int64_t N, int64_t K) {
     absl::StatusOr<core::CpuSettings> settings = core::CurrentCpuSettings();  // applies cpu.isa too
     ThrowIfError(op, settings.status());
-    const int64_t threads = settings->threads > 0 ? settings->threads : at::get_num_threads();
     const int64_t work = M * N * std::max<int64_t>(K, 1);
-    tasks = std::clamp<int64_t>(work / kMinProductTaskWork, 1, std::max<int64_t>(threads, 1));
+    tasks = std::clamp<int64_t>(work / kMinProductTaskWork, 1, CpuTasks(*settings));
     by_columns = N >= 16 * tasks || M < 16 * tasks;
     extent = by_columns ? N : M;
   }
